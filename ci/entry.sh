@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# The one entry point that the GPU workflow, the container and people all call.
+#
+#   ci/entry.sh [pytest args...]        e.g.  ci/entry.sh -m grid_limit
+#
+# Runs, writing everything under reports/ (or $DYT_REPORTS):
+#   1. the GPU matrix:  python -m dyt.gpu_matrix [pytest args]   -> junit/gpu_tests.xml, env.json, failures
+#   2. the bench:       python -m dyt bench [--compare <baseline for this GPU> --margin $DYT_MARGIN]
+#   3. the report:      python -m dyt report --reports <reports>  -> summary.md, summary.html
+#   and, when $GITHUB_STEP_SUMMARY is set, appends summary.md there (truncated to stay under 1 MiB).
+#
+# Exit code: the GPU matrix's. Bench and report failures are reported but do not change it, except a
+# failed regression gate (bench run with --compare), which is an error unless DYT_GATE=warn.
+#
+# Environment:
+#   DYT_REPORTS       where reports go (default: <repo>/reports)
+#   DYT_PYTHON        the interpreter (default: python, else python3); needs torch with CUDA
+#   DYT_PYTEST_ARGS   pytest args as one string, used only when no arguments are given (workflow input)
+#   DYT_SKIP_BENCH=1  skip the bench (a note says so)
+#   DYT_GATE=warn     a failed regression gate is a warning, not an error
+#   DYT_MARGIN        the gate's margin (default 0.05)
+#   DYT_BASELINES     another folder of baselines, searched after <reports>/baselines (the image sets it)
+#
+# Works in the container and on any GPU box with torch+CUDA in the current python; no nox needed.
+set -Eeuo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+REPORTS="${DYT_REPORTS:-$ROOT/reports}"
+export DYT_REPORTS="$REPORTS"
+MARGIN="${DYT_MARGIN:-0.05}"
+SUMMARY_LIMIT=1000000 # bytes; GitHub refuses a step summary over 1 MiB
+
+if [[ -n "${DYT_PYTHON:-}" ]]; then
+  PYTHON="$DYT_PYTHON"
+elif command -v python >/dev/null 2>&1; then
+  PYTHON=python
+else
+  PYTHON=python3
+fi
+
+in_actions() { [[ "${GITHUB_ACTIONS:-}" == "true" ]]; }
+
+step() { printf '\n==> [ci/entry.sh] %s\n' "$*"; }
+note() { printf '    [ci/entry.sh] %s\n' "$*"; }
+warn() {
+  if in_actions; then printf '::warning title=ci/entry.sh::%s\n' "$*"; else printf 'WARNING: %s\n' "$*" >&2; fi
+}
+error() {
+  if in_actions; then printf '::error title=ci/entry.sh::%s\n' "$*"; else printf 'ERROR: %s\n' "$*" >&2; fi
+}
+quoted() { printf '%q ' "$@"; }
+
+# pytest args: the command line, else DYT_PYTEST_ARGS split on whitespace (a workflow_dispatch input).
+args=("$@")
+if [[ ${#args[@]} -eq 0 && -n "${DYT_PYTEST_ARGS:-}" ]]; then
+  read -r -a args <<<"$DYT_PYTEST_ARGS"
+fi
+
+step "reports go to $REPORTS"
+mkdir -p "$REPORTS/junit" "$REPORTS/perf"
+if ! touch "$REPORTS/.entry-write-test" 2>/dev/null; then
+  error "cannot write to $REPORTS as uid $(id -u): give the container your uid" \
+    "(docker run --user \"\$(id -u):\$(id -g)\" ...) or make the folder writable"
+  exit 2
+fi
+rm -f "$REPORTS/.entry-write-test"
+
+# 1. The GPU matrix. Its exit code is this script's exit code.
+step "1/3 GPU matrix: $PYTHON -m dyt.gpu_matrix $(quoted ${args[@]+"${args[@]}"})"
+set +e
+DYT_SESSION=gpu_tests TRITON_INTERPRET=0 "$PYTHON" -m dyt.gpu_matrix ${args[@]+"${args[@]}"}
+matrix_rc=$?
+set -e
+if [[ $matrix_rc -eq 0 ]]; then
+  note "GPU matrix passed"
+else
+  error "GPU matrix failed (exit $matrix_rc); see $REPORTS/failures-gpu_tests.md and $REPORTS/junit/gpu_tests.xml"
+fi
+
+# 2. The bench, gated against a committed baseline of this GPU when there is one.
+gate_failed=0
+gate_rc=0
+if [[ "${DYT_SKIP_BENCH:-0}" == "1" ]]; then
+  step "2/3 bench: skipped (DYT_SKIP_BENCH=1)"
+else
+  gpu_name="$("$PYTHON" -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>/dev/null || true)"
+  baseline=""
+  if [[ -n "$gpu_name" ]]; then
+    # The newest baseline (by file name) whose recorded environment names this GPU.
+    baseline="$("$PYTHON" - "$gpu_name" "$REPORTS/baselines" "${DYT_BASELINES:-}" <<'PY' || true
+import json, pathlib, sys
+
+want = sys.argv[1].strip().lower()
+
+
+def names(data):
+    """GPU names a baseline records: env.gpu / env.gpu_name / env.device ..., strings or {name: ...}."""
+    found = []
+    for holder in (data.get("env"), data):
+        if not isinstance(holder, dict):
+            continue
+        for key in ("gpu", "gpu_name", "gpu_names", "device", "device_name"):
+            value = holder.get(key)
+            if isinstance(value, dict):
+                value = value.get("name")
+            if isinstance(value, list):
+                found += [v.get("name") if isinstance(v, dict) else v for v in value]
+            else:
+                found.append(value)
+    return {str(v).strip().lower() for v in found if v}
+
+
+for folder in filter(None, sys.argv[2:]):
+    for path in sorted(pathlib.Path(folder).glob("*.json"), reverse=True):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and want in names(data):
+            print(path)
+            sys.exit(0)
+PY
+)"
+  fi
+  bench_cmd=("$PYTHON" -m dyt bench)
+  if [[ -n "$baseline" ]]; then
+    bench_cmd+=(--compare "$baseline" --margin "$MARGIN")
+    step "2/3 bench with regression gate against $baseline (margin $MARGIN): $(quoted "${bench_cmd[@]}")"
+  else
+    step "2/3 bench: $(quoted "${bench_cmd[@]}")"
+    note "no baseline in $REPORTS/baselines${DYT_BASELINES:+ or $DYT_BASELINES} for GPU '${gpu_name:-none visible}': no regression gate"
+  fi
+  set +e
+  "${bench_cmd[@]}"
+  bench_rc=$?
+  set -e
+  if [[ $bench_rc -ne 0 && -n "$baseline" ]]; then
+    gate_failed=1
+    gate_rc=$bench_rc
+    if [[ "${DYT_GATE:-error}" == "warn" ]]; then
+      warn "bench regression gate failed (exit $bench_rc) against $baseline; DYT_GATE=warn keeps it a warning"
+    else
+      error "bench regression gate failed (exit $bench_rc) against $baseline (set DYT_GATE=warn to only warn)"
+    fi
+  elif [[ $bench_rc -ne 0 ]]; then
+    warn "bench failed (exit $bench_rc); the exit code stays the GPU matrix's"
+  else
+    note "bench done: $REPORTS/perf/"
+  fi
+fi
+
+# 3. The report: summary.md and summary.html.
+step "3/3 report: $PYTHON -m dyt report --reports $REPORTS"
+set +e
+"$PYTHON" -m dyt report --reports "$REPORTS"
+report_rc=$?
+set -e
+if [[ $report_rc -ne 0 ]]; then
+  warn "report failed (exit $report_rc); the exit code stays the GPU matrix's"
+fi
+
+if [[ -n "${GITHUB_STEP_SUMMARY:-}" ]]; then
+  step "job summary: $REPORTS/summary.md -> \$GITHUB_STEP_SUMMARY"
+  if [[ -f "$REPORTS/summary.md" ]]; then
+    size=$(wc -c <"$REPORTS/summary.md")
+    head -c "$SUMMARY_LIMIT" "$REPORTS/summary.md" >>"$GITHUB_STEP_SUMMARY"
+    if [[ $size -gt $SUMMARY_LIMIT ]]; then
+      printf '\n\n_Summary truncated at %s of %s bytes: the whole summary is in the reports artifact._\n' \
+        "$SUMMARY_LIMIT" "$size" >>"$GITHUB_STEP_SUMMARY"
+    fi
+  else
+    printf '## DyT GPU matrix\n\nNo summary.md was written (report exit %s); GPU matrix exit %s.\n' \
+      "$report_rc" "$matrix_rc" >>"$GITHUB_STEP_SUMMARY"
+  fi
+fi
+
+rc=$matrix_rc
+if [[ $rc -eq 0 && $gate_failed -eq 1 && "${DYT_GATE:-error}" != "warn" ]]; then
+  rc=$gate_rc
+fi
+step "done: GPU matrix exit $matrix_rc, exit $rc (reports in $REPORTS)"
+exit "$rc"

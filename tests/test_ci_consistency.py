@@ -1,0 +1,352 @@
+"""The GPU workflow, the Dockerfile, `nox -s docker`, the README and docs/CONTAINER.md call the same entry
+script with the same arguments, and the CI plumbing keeps its hardening. Plain text and regex only: no
+YAML library is a dependency of the project.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.tooling
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+ENTRY = ROOT / "ci" / "entry.sh"
+DOCKERFILE = ROOT / "Dockerfile"
+GPU_WORKFLOW = ROOT / ".github" / "workflows" / "gpu.yml"
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))
+README = ROOT / "README.md"
+CONTAINER_DOC = ROOT / "docs" / "CONTAINER.md"
+DOCKER_RUN_PY = ROOT / "ci" / "docker_run.py"
+
+# docker run options that take a value as the next word.
+_VALUE_OPTIONS = {"-v", "--volume", "-e", "--env", "--env-file", "--user", "-u", "--gpus", "--ipc"}
+_VALUE_OPTIONS |= {"--entrypoint", "--name", "-w", "--workdir", "--mount", "--shm-size", "--network"}
+
+
+def _load_docker_run():
+    spec = importlib.util.spec_from_file_location("ci_docker_run", DOCKER_RUN_PY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+docker_run = _load_docker_run()
+
+
+def parse_docker_run(line: str) -> tuple[list[tuple[str, str | None]], str, list[str]]:
+    """`docker run [options] IMAGE [args]` -> (options as (name, value) pairs, image, args)."""
+    words = shlex.split(line)
+    assert words[:2] == ["docker", "run"], line
+    options: list[tuple[str, str | None]] = []
+    i = 2
+    while i < len(words) and words[i].startswith("-"):
+        word = words[i]
+        if "=" in word and word.startswith("--"):
+            name, value = word.split("=", 1)
+            options.append((name, value))
+        elif word in _VALUE_OPTIONS:
+            options.append((word, words[i + 1]))
+            i += 1
+        else:
+            options.append((word, None))
+        i += 1
+    assert i < len(words), f"no image in {line!r}"
+    return options, words[i], words[i + 1 :]
+
+
+def docker_run_lines(text: str) -> list[str]:
+    """Every one-line `docker run ...` command in a Markdown or YAML text (prompts and indents stripped)."""
+    lines = []
+    for raw in text.splitlines():
+        line = raw.strip().lstrip("$ ").strip("`").strip()
+        if line.startswith("docker run "):
+            lines.append(line)
+    return lines
+
+
+def dockerfile_exec_form(instruction: str) -> list[str]:
+    match = re.search(rf"^{instruction}\s+(\[.*\])\s*$", DOCKERFILE.read_text(), re.M)
+    assert match, f"the Dockerfile has no exec-form {instruction} [...]"
+    return json.loads(match.group(1))
+
+
+def canonical() -> tuple[list[tuple[str, str | None]], str, list[str]]:
+    return parse_docker_run(docker_run.docker_run_line())
+
+
+def assert_same_invocation(line: str, where: str, *, args: list[str] | None = None) -> None:
+    """line runs the same image with the canonical GPU, IPC and reports options (extras allowed)."""
+    want_options, want_image, _ = canonical()
+    options, image, got_args = parse_docker_run(line)
+    assert image == want_image, f"{where}: runs image {image!r}, not {want_image!r}: {line}"
+    for option in want_options:
+        assert option in options, f"{where}: {option} missing from {line}"
+    if args is not None:
+        assert got_args == args, f"{where}: entry script args {got_args} differ from {args}: {line}"
+
+
+def test_canonical_run_line_is_the_documented_one():
+    assert docker_run.docker_run_line() == (
+        'docker run --gpus all --ipc=host -v "$PWD/reports:/workspace/reports" dyt-kernels:latest'
+    )
+    assert docker_run.REPORTS_IN_CONTAINER == "/workspace/reports"
+    assert docker_run.ENTRYPOINT == "ci/entry.sh"
+
+
+def test_entry_script_is_executable_and_robust():
+    assert ENTRY.is_file()
+    mode = ENTRY.stat().st_mode
+    assert mode & stat.S_IXUSR, "ci/entry.sh is not executable (chmod +x, and git keeps mode 100755)"
+    text = ENTRY.read_text()
+    assert text.startswith("#!/usr/bin/env bash\n")
+    assert re.search(r"^set -E?euo pipefail$", text, re.M)
+    # The documented reports path: $DYT_REPORTS, else <repo>/reports.
+    assert 'REPORTS="${DYT_REPORTS:-$ROOT/reports}"' in text
+    assert "-m dyt.gpu_matrix" in text
+    assert "-m dyt bench" in text and "--compare" in text and "--margin" in text
+    assert "-m dyt report --reports" in text
+    assert "GITHUB_STEP_SUMMARY" in text
+
+
+def test_git_records_entry_script_as_executable():
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = subprocess.run(
+        ["git", "ls-files", "-s", "ci/entry.sh"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout
+    if not out.strip():
+        pytest.skip("ci/entry.sh is not committed yet")
+    assert out.split()[0] == "100755", out
+
+
+def test_dockerfile_runs_the_entry_script_with_the_default_args():
+    entrypoint = dockerfile_exec_form("ENTRYPOINT")
+    assert len(entrypoint) == 1 and entrypoint[0].endswith(docker_run.ENTRYPOINT), entrypoint
+    assert dockerfile_exec_form("CMD") == list(docker_run.DEFAULT_ARGS)
+    text = DOCKERFILE.read_text()
+    workdir = re.findall(r"^WORKDIR\s+(\S+)", text, re.M)
+    assert workdir and entrypoint[0] == f"{workdir[-1]}/{docker_run.ENTRYPOINT}"
+    assert f"DYT_REPORTS={docker_run.REPORTS_IN_CONTAINER}" in text
+    assert re.search(r"^USER\s+(?!0\b|root\b)\S+", text, re.M), "the image must not run as root"
+    assert "TRITON_CACHE_DIR=" in text
+
+
+def test_gpu_workflow_runs_the_image_like_the_readme():
+    text = GPU_WORKFLOW.read_text()
+    runs = docker_run_lines(text)
+    assert len(runs) == 1, f"expected one docker run line in the GPU workflow, found {runs}"
+    assert_same_invocation(runs[0], "gpu.yml", args=list(docker_run.DEFAULT_ARGS))
+    _, image, _ = canonical()
+    built = re.search(rf"docker build .*--tag {re.escape(image)} \.$", text, re.M)
+    assert built, f"gpu.yml does not build {image}"
+    assert "--gpus all" in runs[0] and "--ipc=host" in runs[0]
+
+
+def test_docker_session_runs_the_image_like_the_workflow():
+    noxfile = (ROOT / "noxfile.py").read_text()
+    body = noxfile[noxfile.index("def docker(") :]
+    assert 'session.install("docker")' in body
+    assert '"ci/docker_run.py", *session.posargs' in body
+    assert docker_run.parse([]) == (True, docker_run.IMAGE, list(docker_run.DEFAULT_ARGS))
+    assert docker_run.parse(["--no-build", "--", "-k", "x"]) == (False, docker_run.IMAGE, ["-k", "x"])
+    assert docker_run.parse(["-m", "grid_limit"])[2] == ["-m", "grid_limit"]
+
+
+@pytest.mark.parametrize("doc", [README, CONTAINER_DOC], ids=["README.md", "docs/CONTAINER.md"])
+def test_docs_carry_the_run_line(doc):
+    # No skip: a README without the line is a failure, so the docs cannot drift from CI.
+    assert doc.is_file(), f"{doc.relative_to(ROOT)} is missing"
+    text = doc.read_text()
+    line = docker_run.docker_run_line()
+    assert line in text, f"{doc.relative_to(ROOT)} lacks the run line:\n    {line}"
+    for run in docker_run_lines(text):
+        if canonical()[1] in run:
+            assert_same_invocation(run, str(doc.relative_to(ROOT)))
+
+
+def test_container_doc_shows_how_to_rerun_one_test():
+    text = CONTAINER_DOC.read_text()
+    assert re.search(r"dyt-kernels:latest -k ", text)
+    assert "--entrypoint python" in text and "-m dyt.gpu_matrix" in text
+
+
+def test_workflows_exist_and_never_use_pull_request_target():
+    names = {p.name for p in WORKFLOWS}
+    assert {"gpu.yml", "cpu.yml"} <= names, names
+    for path in WORKFLOWS:
+        code = re.sub(r"(^|\s)#.*$", "", path.read_text(), flags=re.M)  # comments may name it
+        assert "pull_request_target" not in code, path.name
+        assert "workflow_run" not in code, path.name
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_workflow_hardening(path):
+    text = path.read_text()
+    uses = re.findall(r"^\s*(?:-\s+)?uses:\s*(\S+)", text, re.M)
+    assert uses, f"{path.name} uses no action"
+    for ref in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", ref), f"{path.name}: {ref} is not pinned by SHA"
+    checkouts = len(re.findall(r"uses:\s*actions/checkout@", text))
+    assert text.count("persist-credentials: false") == checkouts, f"{path.name}: checkout keeps credentials"
+    assert re.search(r"^permissions:\n  contents: read\n", text, re.M), f"{path.name}: top permissions"
+    jobs = re.findall(r"^  ([\w-]+):\n", text[text.index("\njobs:") :], re.M)
+    assert len(re.findall(r"^    timeout-minutes:", text, re.M)) == len(jobs), f"{path.name}: timeouts"
+    assert "cancel-in-progress: true" in text
+    for match in re.finditer(r"^\s+run:.*\$\{\{", text, re.M):
+        pytest.fail(f"{path.name}: expression expanded inside a run script: {match.group(0)}")
+
+
+def test_gpu_workflow_gates_untrusted_code():
+    text = GPU_WORKFLOW.read_text()
+    assert "self-hosted" in text and "gpu" in text
+    assert "contains(github.event.pull_request.labels.*.name, 'run-gpu')" in text
+    assert "github.event.pull_request.head.repo.full_name == github.repository" in text
+    assert "environment: gpu-runner" in text
+    assert re.search(r"^  push:\n    branches: \[main\]", text, re.M)
+    # Only the publishing job may write checks; the GPU job reads.
+    gpu_job = text[text.index("  gpu-tests:") : text.index("  publish:")]
+    assert "write" not in gpu_job
+    assert "if: always()" in gpu_job and "upload-artifact@" in gpu_job
+
+
+def _run_docker_run(env_extra: dict[str, str], prelude: str = "") -> subprocess.CompletedProcess:
+    code = (
+        f"{prelude}import runpy, sys; sys.argv = ['ci/docker_run.py']; "
+        f"runpy.run_path({str(DOCKER_RUN_PY)!r}, run_name='__main__')"
+    )
+    env = {**os.environ, **env_extra}
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_docker_run_without_engine_fails_clearly(tmp_path):
+    pytest.importorskip("docker", reason="the docker SDK is not installed (nox -s docker installs it)")
+    host = f"unix://{tmp_path}/no-such-docker.sock"
+    proc = _run_docker_run({"DOCKER_HOST": host})
+    assert proc.returncode == docker_run.EXIT_NO_ENGINE, proc.stdout + proc.stderr
+    assert "no Docker engine is reachable" in proc.stderr
+    assert host in proc.stderr and "DOCKER_HOST" in proc.stderr
+
+
+def test_docker_run_without_sdk_fails_clearly():
+    proc = _run_docker_run({}, prelude="import sys; sys.modules['docker'] = None; ")
+    assert proc.returncode == docker_run.EXIT_NO_SDK, proc.stdout + proc.stderr
+    assert "pip install docker" in proc.stderr
+
+
+def test_docker_run_requests_all_gpus_host_ipc_and_the_reports_mount(tmp_path):
+    pytest.importorskip("docker", reason="the docker SDK is not installed (nox -s docker installs it)")
+    kwargs = docker_run.run_kwargs(["-k", "x"], tmp_path)
+    (request,) = kwargs["device_requests"]
+    assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
+    assert kwargs["ipc_mode"] == "host"
+    assert kwargs["volumes"][str(tmp_path.resolve())] == {"bind": "/workspace/reports", "mode": "rw"}
+    assert kwargs["image"] == docker_run.IMAGE and kwargs["command"] == ["-k", "x"]
+
+
+# ci/entry.sh's control flow, with a stub interpreter standing in for python + torch + dyt.
+_STUB = r"""#!/usr/bin/env bash
+echo "$*" >> "$STUB_LOG"
+case "$1 $2" in
+  "-m dyt.gpu_matrix") exit "${STUB_MATRIX_RC:-0}" ;;
+  "-m dyt") ;;
+  *)
+    if [[ "$1" == "-c" ]]; then echo "${STUB_GPU:-}"; exit 0; fi
+    exec "$STUB_REAL_PYTHON" "$@" ;;
+esac
+if [[ "$3" == "bench" ]]; then exit "${STUB_BENCH_RC:-0}"; fi
+if [[ "$3" == "report" ]]; then
+  head -c "${STUB_SUMMARY_BYTES:-10}" /dev/zero | tr '\0' 'x' > "$DYT_REPORTS/summary.md"
+  exit "${STUB_REPORT_RC:-0}"
+fi
+exit 99
+"""
+
+
+@pytest.fixture
+def entry(tmp_path):
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    stub = tmp_path / "python-stub"
+    stub.write_text(_STUB)
+    stub.chmod(0o755)
+    reports = tmp_path / "reports"
+    (reports / "baselines").mkdir(parents=True)
+    log = tmp_path / "calls.log"
+
+    def run(*args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "DYT_"))}
+        full = {
+            **base,
+            "DYT_PYTHON": str(stub),
+            "DYT_REPORTS": str(reports),
+            "STUB_LOG": str(log),
+            "STUB_REAL_PYTHON": sys.executable,
+            **env,
+        }
+        proc = subprocess.run(
+            ["bash", str(ENTRY), *args], cwd=tmp_path, env=full, capture_output=True, text=True, timeout=120
+        )
+        calls = log.read_text().splitlines() if log.exists() else []
+        log.unlink(missing_ok=True)
+        return proc, calls
+
+    run.reports = reports
+    return run
+
+
+def test_entry_exit_code_is_the_matrix(entry):
+    proc, calls = entry("-k", "name with space", STUB_MATRIX_RC="1")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert calls[0] == "-m dyt.gpu_matrix -k name with space"
+    assert any(c.startswith("-m dyt bench") for c in calls) and any("-m dyt report" in c for c in calls)
+    assert "1/3 GPU matrix" in proc.stdout and "3/3 report" in proc.stdout
+
+    proc, _ = entry(STUB_BENCH_RC="1", STUB_REPORT_RC="1")  # no baseline: bench and report only warn
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no regression gate" in proc.stdout
+
+
+def test_entry_gates_against_this_gpus_baseline(entry):
+    other = {"env": {"gpu_name": "NVIDIA A100-SXM4-80GB"}}
+    mine = {"env": {"gpu_name": "NVIDIA H200"}}
+    (entry.reports / "baselines" / "a100-1.json").write_text(json.dumps(other))
+    (entry.reports / "baselines" / "h200-1.json").write_text(json.dumps(mine))
+
+    proc, calls = entry(STUB_GPU="NVIDIA H200", STUB_BENCH_RC="1", DYT_MARGIN="0.1")
+    bench = next(c for c in calls if c.startswith("-m dyt bench"))
+    assert bench == f"-m dyt bench --compare {entry.reports}/baselines/h200-1.json --margin 0.1"
+    assert proc.returncode == 1, "a failed gate is an error"
+
+    proc, _ = entry(STUB_GPU="NVIDIA H200", STUB_BENCH_RC="1", DYT_GATE="warn")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    proc, calls = entry(STUB_GPU="NVIDIA H100 80GB HBM3")
+    assert "-m dyt bench" in calls, calls  # no baseline of this GPU: no gate
+
+
+def test_entry_skips_bench_and_fills_the_step_summary(entry, tmp_path):
+    summary = tmp_path / "step-summary.md"
+    proc, calls = entry(DYT_SKIP_BENCH="1", GITHUB_STEP_SUMMARY=str(summary), STUB_SUMMARY_BYTES="2000000")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not any(c.startswith("-m dyt bench") for c in calls)
+    assert "skipped (DYT_SKIP_BENCH=1)" in proc.stdout
+    written = summary.read_bytes()
+    assert len(written) < 1024 * 1024 and b"truncated" in written
+
+
+def test_entry_args_from_workflow_input(entry):
+    _, calls = entry(DYT_PYTEST_ARGS="-m grid_limit -x")
+    assert calls[0] == "-m dyt.gpu_matrix -m grid_limit -x"
