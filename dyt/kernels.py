@@ -1,0 +1,167 @@
+"""The Triton kernels, and nothing else: forward, backward (one pass), and the backward's finishing reduction.
+
+Every kernel works on a 2-D tile of BLOCK_M rows by BLOCK_N columns of a (M, N) row-major view whose
+rows may be strided. Programs are numbered on a 1-D grid only (grid axis 1 holds at most 65,535 blocks),
+and a program id is split into (row tile, column block) by division. Launch shapes come from
+dyt.launch; these kernels take them as compile-time constants.
+
+Arithmetic is float32 whatever the storage dtypes. Lanes that hold no element (columns past N, rows
+past M) are masked after the arithmetic, so tanh(inf * 0) = NaN computed there never reaches a sum.
+"""
+
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+# tanh methods, chosen by dyt.launch and passed as TANH (a constexpr).
+TANH_POLY_EXP = 0  # default: odd polynomial near 0, exp2 + division elsewhere; within ~3.5 float32 ulps
+TANH_LIBDEVICE = 1  # CUDA's libdevice tanhf; has no implementation in Triton's interpreter
+TANH_HW_APPROX = 2  # PTX tanh.approx.f32 (relative error ~2^-11): explicit opt-in, GPU only
+
+# Below this |z| the polynomial is used; at and above it, 1 - 2 / (exp(2|z|) + 1).
+_POLY_LIMIT = 0.6
+_TWO_LOG2E = 2.8853900817779268  # 2 / ln(2): exp(2a) = exp2(2a / ln 2)
+
+
+@triton.jit
+def _tanh_sech2(z, TANH: tl.constexpr):
+    """tanh(z) and sech(z)^2 = 1 - tanh(z)^2 in float32, both accurate to a few float32 ulps.
+
+    sech^2 comes from q = 1 - |tanh| = 2 / (exp(2|z|) + 1) as q * (2 - q), never from 1 - t*t, which
+    cancels to zero once |tanh| rounds to 1. NaN propagates; z = +-inf gives tanh = +-1, sech^2 = 0.
+    """
+    a = tl.abs(z)
+    if TANH == 0:
+        # Minimax fit of tanh(z) = z + z^3 * P(z^2) on [0, 0.6]; 1.2 float32 ulps there.
+        s = z * z
+        p = -0.005895386449992657
+        p = p * s + 0.02079615369439125
+        p = p * s - 0.053783878684043884
+        p = p * s + 0.13331924378871918
+        p = p * s - 0.33333298563957214
+        t_poly = z + (z * s) * p
+        q_exp = 2.0 / (tl.exp2(a * _TWO_LOG2E) + 1.0)
+        t_exp = 1.0 - q_exp
+        small = a < _POLY_LIMIT
+        t = tl.where(small, t_poly, tl.where(z < 0, -t_exp, t_exp))
+        sech2 = tl.where(small, 1.0 - t_poly * t_poly, q_exp * (2.0 - q_exp))
+    elif TANH == 1:
+        t = libdevice.tanh(z)
+        q = 2.0 / (tl.exp2(a * _TWO_LOG2E) + 1.0)
+        sech2 = tl.where(a < _POLY_LIMIT, 1.0 - t * t, q * (2.0 - q))
+    else:
+        t = tl.inline_asm_elementwise(
+            "tanh.approx.f32 $0, $1;", "=r,r", [z], dtype=tl.float32, is_pure=True, pack=1
+        )
+        sech2 = 1.0 - t * t
+    return t, sech2
+
+
+@triton.jit
+def _tile(pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr):
+    """Row and column indices of tile (pid_m, pid_n) and its mask; rows in int64 when INT64."""
+    if INT64:
+        pid_m = pid_m.to(tl.int64)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    return rows, cols, mask
+
+
+@triton.jit
+def dyt_fwd_kernel(
+    X, Y, ALPHA, GAMMA, BETA,
+    M, N, stride_xm, stride_ym, n_col_blocks,
+    HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    INT64: tl.constexpr, TANH: tl.constexpr,
+):  # fmt: skip
+    """y = gamma * tanh(alpha * x) + beta for one BLOCK_M x BLOCK_N tile per program."""
+    pid = tl.program_id(0)
+    pid_m = pid // n_col_blocks
+    pid_n = pid % n_col_blocks
+    rows, cols, mask = _tile(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, INT64)
+    col_ok = cols < N
+
+    alpha = tl.load(ALPHA).to(tl.float32)
+    gamma = tl.load(GAMMA + cols, mask=col_ok, other=0.0).to(tl.float32)
+    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+
+    t, _ = _tanh_sech2(alpha * x, TANH)
+    y = gamma[None, :] * t
+    if HAS_BETA:
+        beta = tl.load(BETA + cols, mask=col_ok, other=0.0).to(tl.float32)
+        y = y + beta[None, :]
+    tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def dyt_bwd_kernel(
+    X, DY, DX, ALPHA, GAMMA, PART_DGAMMA, PART_DBETA, PART_DALPHA,
+    M, N, stride_xm, stride_dym, stride_dxm, n_col_blocks, tiles_per_program,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, TANH: tl.constexpr,
+):  # fmt: skip
+    """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
+
+    Program p owns column block p % n_col_blocks and the contiguous run of tiles_per_program row tiles
+    starting at tile (p // n_col_blocks) * tiles_per_program. Partials go to row p // n_col_blocks of
+    PART_DGAMMA/PART_DBETA (shape (groups, N)) and to PART_DALPHA[p]; dyt_bwd_finish_kernel adds them up.
+    """
+    pid = tl.program_id(0)
+    pid_n = pid % n_col_blocks
+    group = pid // n_col_blocks
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+
+    alpha = tl.load(ALPHA).to(tl.float32)
+    gamma = tl.load(GAMMA + cols, mask=col_ok, other=0.0).to(tl.float32)
+    acc_dgamma = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_dbeta = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+
+    first_tile = group * tiles_per_program
+    for i in range(0, tiles_per_program):
+        rows, _, mask = _tile(first_tile + i, pid_n, M, N, BLOCK_M, BLOCK_N, INT64)
+        x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+
+        t, sech2 = _tanh_sech2(alpha * x, TANH)
+        dz = (dy * gamma[None, :]) * sech2
+        tl.store(DX + rows[:, None] * stride_dxm + cols[None, :], (dz * alpha).to(DX.dtype.element_ty), mask=mask)
+
+        # Masked after the arithmetic: padding lanes hold x = 0, and alpha * 0 is NaN when alpha is inf.
+        acc_dgamma += tl.where(mask, dy * t, 0.0)
+        acc_dbeta += tl.where(mask, dy, 0.0)
+        acc_dalpha += tl.where(mask, dz * x, 0.0)
+
+    tl.store(PART_DGAMMA + group * N + cols, tl.sum(acc_dgamma, axis=0), mask=col_ok)
+    tl.store(PART_DBETA + group * N + cols, tl.sum(acc_dbeta, axis=0), mask=col_ok)
+    tl.store(PART_DALPHA + pid, tl.sum(tl.sum(acc_dalpha, axis=1), axis=0))
+
+
+@triton.jit
+def dyt_bwd_finish_kernel(
+    PART_DGAMMA, PART_DBETA, PART_DALPHA, DGAMMA, DBETA, DALPHA,
+    N, n_groups, n_dalpha_partials,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Adds the partials in a fixed order (no atomics) and stores each gradient in its parameter's dtype."""
+    pid = tl.program_id(0)
+    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    acc_dgamma = tl.zeros((BLOCK_G, BLOCK_N), dtype=tl.float32)
+    acc_dbeta = tl.zeros((BLOCK_G, BLOCK_N), dtype=tl.float32)
+    for g0 in range(0, n_groups, BLOCK_G):
+        groups = g0 + tl.arange(0, BLOCK_G)
+        mask = (groups < n_groups)[:, None] & col_ok[None, :]
+        offs = groups[:, None] * N + cols[None, :]
+        acc_dgamma += tl.load(PART_DGAMMA + offs, mask=mask, other=0.0)
+        acc_dbeta += tl.load(PART_DBETA + offs, mask=mask, other=0.0)
+    tl.store(DGAMMA + cols, tl.sum(acc_dgamma, axis=0).to(DGAMMA.dtype.element_ty), mask=col_ok)
+    tl.store(DBETA + cols, tl.sum(acc_dbeta, axis=0).to(DBETA.dtype.element_ty), mask=col_ok)
+
+    if pid == 0:
+        acc_dalpha = tl.zeros((BLOCK_G * BLOCK_N,), dtype=tl.float32)
+        for p0 in range(0, n_dalpha_partials, BLOCK_G * BLOCK_N):
+            idx = p0 + tl.arange(0, BLOCK_G * BLOCK_N)
+            acc_dalpha += tl.load(PART_DALPHA + idx, mask=idx < n_dalpha_partials, other=0.0)
+        tl.store(DALPHA, tl.sum(acc_dalpha, axis=0).to(DALPHA.dtype.element_ty))

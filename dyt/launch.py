@@ -1,0 +1,215 @@
+"""Launch planning: shape -> grid, tile sizes, warps, int32 or int64 offsets, partial-buffer sizes.
+
+Pure Python (no Triton, no CUDA), so that every decision is unit-testable on any machine. The tile
+choice is data: a committed table per GPU architecture (dyt/tables/<arch>.json, written by dyt.tune),
+looked up by dtype bucket and width bucket. Nothing here times anything, so two processes on the same
+GPU always choose the same kernels and get the same bits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+import pathlib
+
+TABLES = pathlib.Path(__file__).parent / "tables"
+INT32_LIMIT = 2**31 - 1
+# CUDA's limit on grid axis 0 (axes 1 and 2 hold only 65,535, which is why nothing goes there).
+GRID_X_LIMIT = 2**31 - 1
+FINISH_BLOCK_G = 8
+FINISH_BLOCK_N = 256
+# Backward partial sums may cost at most this fraction of the backward's main traffic (x, dy, dx).
+PARTIAL_TRAFFIC_BUDGET = 0.01
+# Programs the interpreter pretends to have SMs for: small, so CPU runs stay quick.
+INTERPRETER_SM_COUNT = 4
+
+TANH_METHODS = {"poly_exp": 0, "libdevice": 1, "hw_approx": 2}
+INTERPRETER_TANH_METHODS = {"poly_exp"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Overrides:
+    """Test-only knobs: force int64 offsets on small shapes, pick the tanh method, swap the table."""
+
+    int64: bool = False
+    tanh: str | None = None
+    table: dict | None = None
+    # Fill every output and partial buffer with NaN before each launch, so an unwritten element shows.
+    poison: bool = os.environ.get("DYT_POISON_OUTPUTS", "0") == "1"
+
+
+_overrides = Overrides()
+
+
+@contextlib.contextmanager
+def overrides(**kwargs):
+    """Temporarily change launch planning, e.g. ``with overrides(int64=True): ...``."""
+    global _overrides
+    saved = _overrides
+    _overrides = dataclasses.replace(saved, **kwargs)
+    try:
+        yield _overrides
+    finally:
+        _overrides = saved
+
+
+def current_overrides() -> Overrides:
+    return _overrides
+
+
+@dataclasses.dataclass(frozen=True)
+class FwdPlan:
+    M: int
+    N: int
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    n_col_blocks: int
+    grid: tuple[int]
+    int64: bool
+    tanh: int
+
+    @property
+    def path(self) -> str:
+        return path_name(self.n_col_blocks)
+
+
+@dataclasses.dataclass(frozen=True)
+class BwdPlan:
+    M: int
+    N: int
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    n_col_blocks: int
+    n_groups: int  # row groups: rows of the (n_groups, N) partial buffers
+    tiles_per_program: int
+    grid: tuple[int]
+    int64: bool
+    tanh: int
+    finish_grid: tuple[int]
+
+    @property
+    def path(self) -> str:
+        return path_name(self.n_col_blocks)
+
+    @property
+    def n_dalpha_partials(self) -> int:
+        return self.grid[0]
+
+    def partial_bytes(self) -> int:
+        """Bytes the partial buffers cost: written once by the main kernel, read once by the finish."""
+        return 2 * 4 * (2 * self.n_groups * self.N + self.n_dalpha_partials)
+
+
+def path_name(n_col_blocks: int) -> str:
+    """'row_tiled': whole rows per tile (several when narrow); 'column_blocked': a row split in blocks."""
+    return "row_tiled" if n_col_blocks == 1 else "column_blocked"
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def dtype_bucket(itemsize: int) -> str:
+    return "fp32" if itemsize >= 4 else "16bit"
+
+
+@functools.lru_cache(maxsize=None)
+def load_table(arch: str) -> dict:
+    """The committed table for an architecture ('sm90', ...), else the default one."""
+    path = TABLES / f"{arch}.json"
+    if not path.exists():
+        path = TABLES / "default.json"
+    return json.loads(path.read_text())
+
+
+def _table(arch: str) -> dict:
+    return _overrides.table if _overrides.table is not None else load_table(arch)
+
+
+def table_entry(table: dict, mode: str, itemsize: int, width: int) -> dict:
+    """First entry of the mode's dtype bucket whose max_width holds this width (null = any width)."""
+    for entry in table[mode][dtype_bucket(itemsize)]:
+        if entry["max_width"] is None or width <= entry["max_width"]:
+            return entry
+    raise LookupError(f"launch table has no {mode} entry for width {width}")
+
+
+def tile_shape(entry: dict, width: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, n_col_blocks): narrow rows shrink BLOCK_N to the width and stack more rows."""
+    tile = entry["BLOCK_M"] * entry["BLOCK_N"]
+    block_n = min(entry["BLOCK_N"], next_pow2(width))
+    block_m = entry["BLOCK_M"] if block_n == entry["BLOCK_N"] else max(1, tile // block_n)
+    return block_m, block_n, cdiv(width, block_n)
+
+
+def needs_int64(M: int, N: int, row_strides: tuple[int, ...], block_m: int) -> bool:
+    """int64 offsets once any address a program may form (padded last tile included) can pass 2^31."""
+    rows_padded = cdiv(max(M, 1), block_m) * block_m
+    worst = max((rows_padded - 1) * abs(s) for s in row_strides) + next_pow2(N)
+    return worst > INT32_LIMIT or _overrides.int64
+
+
+def tanh_method(interpreter: bool) -> int:
+    """The tanh choice; the interpreter has no libdevice or inline PTX, so it always takes poly_exp."""
+    name = _overrides.tanh or os.environ.get("DYT_TANH", "poly_exp")
+    if name not in TANH_METHODS:
+        raise ValueError(f"DYT_TANH must be one of {sorted(TANH_METHODS)}, got {name!r}")
+    if interpreter and name not in INTERPRETER_TANH_METHODS:
+        name = "poly_exp"
+    return TANH_METHODS[name]
+
+
+def plan_forward(M, N, itemsize, row_strides, *, arch="default", interpreter=False) -> FwdPlan:
+    entry = table_entry(_table(arch), "fwd", itemsize, N)
+    block_m, block_n, n_col_blocks = tile_shape(entry, N)
+    n_programs = cdiv(M, block_m) * n_col_blocks
+    if n_programs > GRID_X_LIMIT:
+        raise ValueError(f"{M} x {N} needs {n_programs} programs, over the grid limit {GRID_X_LIMIT}")
+    return FwdPlan(
+        M=M,
+        N=N,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        num_warps=entry["num_warps"],
+        n_col_blocks=n_col_blocks,
+        grid=(n_programs,),
+        int64=needs_int64(M, N, row_strides, block_m),
+        tanh=tanh_method(interpreter),
+    )
+
+
+def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", interpreter=False) -> BwdPlan:
+    """A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles."""
+    entry = table_entry(_table(arch), "bwd", itemsize, N)
+    block_m, block_n, n_col_blocks = tile_shape(entry, N)
+    n_tiles = cdiv(M, block_m)
+    target_groups = max(1, (entry["programs_per_sm"] * sm_count) // n_col_blocks)
+    # Each row group writes and the finish kernel reads 2 x N float32 partials: cap the groups so that
+    # this stays under the budget (3 * M * N * itemsize bytes of main traffic).
+    budget_groups = int(PARTIAL_TRAFFIC_BUDGET * 3 * M * itemsize / 16)
+    target_groups = max(1, min(target_groups, budget_groups))
+    tiles_per_program = cdiv(n_tiles, min(target_groups, n_tiles))
+    n_groups = cdiv(n_tiles, tiles_per_program)
+    return BwdPlan(
+        M=M,
+        N=N,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        num_warps=entry["num_warps"],
+        n_col_blocks=n_col_blocks,
+        n_groups=n_groups,
+        tiles_per_program=tiles_per_program,
+        grid=(n_groups * n_col_blocks,),
+        int64=needs_int64(M, N, row_strides, block_m),
+        tanh=tanh_method(interpreter),
+        finish_grid=(cdiv(N, FINISH_BLOCK_N),),
+    )

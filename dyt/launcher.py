@@ -1,0 +1,116 @@
+"""Runs the Triton kernels on validated 2-D views: allocates outputs and partials, plans, launches.
+
+Inputs arrive as (M, N) views with unit column stride (dyt.ops makes them so); rows may be strided.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from dyt import kernels, launch
+
+
+def interpreter_active() -> bool:
+    """Triton reads TRITON_INTERPRET when kernels are decorated; so do we, once, at the same moment."""
+    return _INTERPRET
+
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.lru_cache(maxsize=None)
+def _device_facts(index: int) -> tuple[str, int]:
+    props = torch.cuda.get_device_properties(index)
+    return f"sm{props.major}{props.minor}", props.multi_processor_count
+
+
+def device_facts(device: torch.device) -> tuple[str, int]:
+    """(architecture key for the launch table, SM count) of the device the tensors live on."""
+    if device.type != "cuda":
+        return "default", launch.INTERPRETER_SM_COUNT
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _device_facts(index)
+
+
+def forward_plan(x2d: torch.Tensor) -> launch.FwdPlan:
+    arch, _ = device_facts(x2d.device)
+    M, N = x2d.shape
+    return launch.plan_forward(
+        M, N, x2d.element_size(), (x2d.stride(0), N), arch=arch, interpreter=interpreter_active()
+    )
+
+
+def backward_plan(x2d: torch.Tensor, dy2d: torch.Tensor) -> launch.BwdPlan:
+    arch, sm_count = device_facts(x2d.device)
+    M, N = x2d.shape
+    return launch.plan_backward(
+        M,
+        N,
+        max(x2d.element_size(), dy2d.element_size()),
+        (x2d.stride(0), dy2d.stride(0), N),
+        sm_count=sm_count,
+        arch=arch,
+        interpreter=interpreter_active(),
+    )
+
+
+def _staged(dtype: torch.dtype) -> torch.dtype:
+    """The dtype kernels write: the interpreter's float32 -> bfloat16 cast truncates instead of rounding to
+    nearest (the GPU rounds), so there bfloat16 outputs are written in float32 and rounded by torch."""
+    return torch.float32 if dtype == torch.bfloat16 and interpreter_active() else dtype
+
+
+def _new(shape, dtype, device) -> torch.Tensor:
+    """An output buffer; NaN-filled when launch overrides ask for poisoning (the suites always do)."""
+    if launch.current_overrides().poison and dtype.is_floating_point:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
+    """y (M, N) contiguous, in out_dtype."""
+    M, N = x2d.shape
+    y = _new((M, N), _staged(out_dtype), x2d.device)
+    if M == 0:
+        return y.to(out_dtype)
+    plan = forward_plan(x2d)
+    kernels.dyt_fwd_kernel[plan.grid](
+        x2d, y, alpha, gamma, beta if beta is not None else gamma,
+        M, N, x2d.stride(0), y.stride(0), plan.n_col_blocks,
+        HAS_BETA=beta is not None, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
+        INT64=plan.int64, TANH=plan.tanh, num_warps=plan.num_warps,
+    )  # fmt: skip
+    return y.to(out_dtype)
+
+
+def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype):
+    """(dx (M, N) contiguous, dalpha (1,), dgamma (N,), dbeta (N,)), each in its own dtype."""
+    M, N = x2d.shape
+    device = x2d.device
+    if M == 0:
+        zeros = [torch.zeros(shape, dtype=dt, device=device) for shape, dt in
+                 (((1,), dalpha_dtype), ((N,), dgamma_dtype), ((N,), dbeta_dtype))]  # fmt: skip
+        return (torch.empty((M, N), dtype=dx_dtype, device=device), *zeros)
+    dx = _new((M, N), _staged(dx_dtype), device)
+    dalpha = _new((1,), _staged(dalpha_dtype), device)
+    dgamma = _new((N,), _staged(dgamma_dtype), device)
+    dbeta = _new((N,), _staged(dbeta_dtype), device)
+    plan = backward_plan(x2d, dy2d)
+    part_dgamma = _new((plan.n_groups, N), torch.float32, device)
+    part_dbeta = _new((plan.n_groups, N), torch.float32, device)
+    part_dalpha = _new((plan.n_dalpha_partials,), torch.float32, device)
+    kernels.dyt_bwd_kernel[plan.grid](
+        x2d, dy2d, dx, alpha, gamma, part_dgamma, part_dbeta, part_dalpha,
+        M, N, x2d.stride(0), dy2d.stride(0), dx.stride(0), plan.n_col_blocks, plan.tiles_per_program,
+        BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64, TANH=plan.tanh,
+        num_warps=plan.num_warps,
+    )  # fmt: skip
+    kernels.dyt_bwd_finish_kernel[plan.finish_grid](
+        part_dgamma, part_dbeta, part_dalpha, dgamma, dbeta, dalpha,
+        N, plan.n_groups, plan.n_dalpha_partials,
+        BLOCK_G=launch.FINISH_BLOCK_G, BLOCK_N=launch.FINISH_BLOCK_N, num_warps=4,
+    )  # fmt: skip
+    return dx.to(dx_dtype), dalpha.to(dalpha_dtype), dgamma.to(dgamma_dtype), dbeta.to(dbeta_dtype)

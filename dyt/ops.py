@@ -1,0 +1,144 @@
+"""The operator: input validation, the dtype contract, PyTorch custom ops and their autograd.
+
+`dyt(x, alpha, gamma, beta=None)` is the public entry point. The forward and backward are registered as
+the custom ops `torch.ops.dyt.forward` and `torch.ops.dyt.backward` (with fake implementations), so
+torch.compile(fullgraph=True) sees them as single nodes and CUDA graphs capture them.
+
+Dtype contract: arithmetic in float32; y and dx in x.dtype; dalpha, dgamma, dbeta in alpha's, gamma's
+and beta's own dtypes, accumulated in float32 and never rounded through x.dtype.
+
+Layout: x is viewed as (rows, C). Row-strided views (slices, expanded dy) run without a copy; an x whose
+last dimension is not contiguous (e.g. a transpose, or channels-first input moved to the end) is copied
+once, because the kernels need unit stride along C for full-width loads.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dyt import torch_path
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+try:  # Triton is optional: without it CPU tensors still take the plain PyTorch path.
+    from dyt import launcher
+except ImportError as _err:  # pragma: no cover - exercised only where triton is absent
+    launcher = None
+    _TRITON_IMPORT_ERROR = _err
+
+
+def _check_dtype(name: str, t: torch.Tensor) -> None:
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"dyt: {name} must be a floating tensor of dtype float32, bfloat16 or float16, got {t.dtype}"
+        )
+
+
+def validate(x, alpha, gamma, beta) -> None:
+    """Clear ValueError/TypeError naming what was expected and what came."""
+    named = [("x", x), ("alpha", alpha), ("gamma", gamma)] + ([("beta", beta)] if beta is not None else [])
+    for name, t in named:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"dyt: {name} must be a torch.Tensor, got {type(t).__name__}")
+        _check_dtype(name, t)
+    if x.dim() < 1:
+        raise ValueError(f"dyt: x must have at least one dimension (..., C), got shape {tuple(x.shape)}")
+    C = x.shape[-1]
+    if alpha.numel() != 1:
+        raise ValueError(f"dyt: alpha must have exactly one element, got shape {tuple(alpha.shape)}")
+    if tuple(gamma.shape) != (C,):
+        raise ValueError(f"dyt: gamma must have shape ({C},) to match x's last dimension, got {tuple(gamma.shape)}")
+    if beta is not None and tuple(beta.shape) != (C,):
+        raise ValueError(f"dyt: beta must have shape ({C},) to match x's last dimension, got {tuple(beta.shape)}")
+    devices = {name: t.device for name, t in named}
+    if len(set(devices.values())) > 1:
+        listing = ", ".join(f"{n} on {d}" for n, d in devices.items())
+        raise ValueError(f"dyt: all tensors must be on one device, got {listing}")
+
+
+def _as_rows(t: torch.Tensor) -> torch.Tensor:
+    """(rows, C) view; copies only when the last dimension is not contiguous."""
+    C = t.shape[-1]
+    t2d = t.reshape(-1, C)
+    if C > 1 and t2d.stride(1) != 1:
+        t2d = t2d.contiguous()
+    return t2d
+
+
+def _use_triton(x: torch.Tensor) -> bool:
+    if x.is_cuda:
+        if launcher is None:
+            raise RuntimeError(f"dyt: CUDA tensors need Triton, which failed to import: {_TRITON_IMPORT_ERROR}")
+        return True
+    return launcher is not None and launcher.interpreter_active()
+
+
+@torch.library.custom_op("dyt::forward", mutates_args=())
+def _forward_op(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
+    validate(x, alpha, gamma, beta)
+    x2d = _as_rows(x)
+    impl = launcher if _use_triton(x) else torch_path
+    y2d = impl.forward(x2d, alpha.reshape(1).contiguous(), gamma.contiguous(),
+                       None if beta is None else beta.contiguous(), x.dtype)  # fmt: skip
+    return y2d.reshape(x.shape)
+
+
+@_forward_op.register_fake
+def _(x, alpha, gamma, beta):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@torch.library.custom_op("dyt::backward", mutates_args=())
+def _backward_op(
+    dy: torch.Tensor, x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dx, dalpha shaped (1,), dgamma, dbeta); dbeta is in gamma's dtype when beta is None."""
+    validate(x, alpha, gamma, beta)
+    if dy.shape != x.shape:
+        raise ValueError(f"dyt: dy must have x's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
+    x2d, dy2d = _as_rows(x), _as_rows(dy)
+    impl = launcher if _use_triton(x) else torch_path
+    dbeta_dtype = gamma.dtype if beta is None else beta.dtype
+    dx, dalpha, dgamma, dbeta = impl.backward(
+        dy2d, x2d, alpha.reshape(1).contiguous(), gamma.contiguous(), x.dtype, alpha.dtype, gamma.dtype, dbeta_dtype
+    )
+    return dx.reshape(x.shape), dalpha, dgamma, dbeta
+
+
+@_backward_op.register_fake
+def _(dy, x, alpha, gamma, beta):
+    dbeta_dtype = gamma.dtype if beta is None else beta.dtype
+    C = x.shape[-1]
+    return (
+        torch.empty(x.shape, dtype=x.dtype, device=x.device),
+        torch.empty((1,), dtype=alpha.dtype, device=x.device),
+        torch.empty((C,), dtype=gamma.dtype, device=x.device),
+        torch.empty((C,), dtype=dbeta_dtype, device=x.device),
+    )
+
+
+def _setup_context(ctx, inputs, output):
+    x, alpha, gamma, beta = inputs
+    ctx.has_beta = beta is not None
+    ctx.alpha_shape = alpha.shape
+    # Only x is kept among activation-sized tensors: y and tanh are recomputed in the backward.
+    ctx.save_for_backward(x, alpha, gamma, beta)
+
+
+def _backward(ctx, dy):
+    x, alpha, gamma, beta = ctx.saved_tensors
+    dx, dalpha, dgamma, dbeta = torch.ops.dyt.backward(dy, x, alpha, gamma, beta)
+    return dx, dalpha.reshape(ctx.alpha_shape), dgamma, dbeta if ctx.has_beta else None
+
+
+torch.library.register_autograd("dyt::forward", _backward, setup_context=_setup_context)
+
+
+def dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None = None) -> torch.Tensor:
+    """y = gamma * tanh(alpha * x) + beta over the last dimension of x; differentiable in all four.
+
+    x: (..., C) float32/bfloat16/float16, any strides. alpha: one element. gamma, beta: (C,); beta may be
+    None (LLaMA-style DyT). Parameters may be float32 while x is 16-bit (mixed precision).
+    """
+    validate(x, alpha, gamma, beta)
+    return torch.ops.dyt.forward(x, alpha, gamma, beta)

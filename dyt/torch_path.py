@@ -1,0 +1,38 @@
+"""Plain PyTorch DyT with the kernels' contract, for CPU tensors when Triton's interpreter is off.
+
+Same float32 arithmetic, same output dtypes, same sech^2 formulation (no 1 - tanh^2 cancellation), so a
+model built on DyT still runs, and agrees with the kernels to float32 rounding, on a machine with no GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_POLY_LIMIT = 0.6  # the kernels' switch point between the two sech^2 formulas
+
+
+def _tanh_sech2(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    t = torch.tanh(z)
+    q = 2.0 / (torch.exp(2.0 * z.abs()) + 1.0)
+    sech2 = torch.where(z.abs() < _POLY_LIMIT, 1.0 - t * t, q * (2.0 - q))
+    return t, sech2
+
+
+def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
+    t = torch.tanh(alpha.float().reshape(()) * x2d.float())
+    y = gamma.float() * t
+    if beta is not None:
+        y = y + beta.float()
+    return y.to(out_dtype)
+
+
+def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype):
+    a = alpha.float().reshape(())
+    xf, dyf = x2d.float(), dy2d.float()
+    t, sech2 = _tanh_sech2(a * xf)
+    dz = dyf * gamma.float() * sech2
+    dx = (dz * a).to(dx_dtype)
+    dalpha = (dz * xf).sum().reshape(1).to(dalpha_dtype)
+    dgamma = (dyf * t).sum(0).to(dgamma_dtype)
+    dbeta = dyf.sum(0).to(dbeta_dtype)
+    return dx, dalpha, dgamma, dbeta

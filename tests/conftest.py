@@ -1,0 +1,152 @@
+"""Suite plumbing: one GPU per xdist worker, interpreter on CPU, NaN-poisoned outputs, seeds,
+JUnit properties, and the failures file with a reproduce command for every failing test.
+
+Order matters here: GPU pinning and TRITON_INTERPRET must be settled before torch touches CUDA and
+before Triton is imported, so this module sets the environment before importing either.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import shlex
+import sys
+import zlib
+
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+if os.environ.get("DYT_GPUS") and _WORKER.startswith("gw"):
+    # One GPU per worker: gwN takes the N-th GPU of the list the controller saw.
+    _gpus = os.environ["DYT_GPUS"].split(",")
+    os.environ["CUDA_VISIBLE_DEVICES"] = _gpus[int(_WORKER[2:]) % len(_gpus)]
+_cache_root = os.environ.get("DYT_TRITON_CACHE_ROOT")
+if _cache_root:
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(_cache_root, _WORKER)
+os.environ.setdefault("DYT_POISON_OUTPUTS", "1")
+os.environ.setdefault("DYT_SEED", str(random.SystemRandom().randrange(2**31)))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+if not torch.cuda.is_available() and os.environ.get("DYT_REQUIRE_GPU") != "1":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+
+SESSION = os.environ.get("DYT_SESSION", "tests")
+REPORTS = pathlib.Path(os.environ.get("DYT_REPORTS", pathlib.Path(__file__).parents[1] / "reports"))
+DOCKER_LINE = 'docker run --gpus all --ipc=host -v "$PWD/reports:/workspace/reports" dyt-kernels:latest'
+GPU_ONLY_REASON = (
+    "GPU-only: needs a real CUDA device (launch limits, >2^31 elements, CUDA graphs); "
+    "the Triton interpreter accepts any grid and cannot prove it. Run `nox -s gpu_tests`."
+)
+
+
+_CONFIG = None
+
+
+def pytest_configure(config):
+    if os.environ.get("DYT_REQUIRE_GPU") == "1" and not torch.cuda.is_available():
+        raise pytest.UsageError(
+            "gpu_tests: no CUDA GPU is visible (torch.cuda.is_available() is False, "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); refusing to pass without one"
+        )
+    config._dyt_failures = []
+    config._dyt_gpu_only_skips = []
+    global _CONFIG
+    _CONFIG = config
+
+
+def _device_label() -> str:
+    if torch.cuda.is_available():
+        idx = torch.cuda.current_device()
+        return (f"cuda:{idx} {torch.cuda.get_device_name(idx)} "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'all')})")  # fmt: skip
+    return "cpu (Triton interpreter)" if os.environ.get("TRITON_INTERPRET") == "1" else "cpu (plain PyTorch)"
+
+
+def pytest_sessionstart(session):
+    if hasattr(session.config, "workerinput"):
+        return  # xdist worker: the controller writes the session-level files
+    xml = getattr(session.config, "_xml", None)
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    props = {"session": SESSION, "seed": os.environ["DYT_SEED"], "torch": torch.__version__,
+             "triton": str(triton_version), "interpreter": os.environ.get("TRITON_INTERPRET", "0")}  # fmt: skip
+    if xml is not None:
+        for k, v in props.items():
+            xml.add_global_property(k, v)
+    try:
+        from dyt import env
+
+        REPORTS.mkdir(parents=True, exist_ok=True)
+        env.write_env(REPORTS / "env.json", seeds={"DYT_SEED": int(os.environ["DYT_SEED"])})
+    except Exception as exc:  # the manifest must never stop the suites
+        print(f"conftest: could not write env.json: {exc}", file=sys.stderr)
+
+
+def reproduce_command(nodeid: str) -> str:
+    seed = os.environ["DYT_SEED"]
+    return f"DYT_SEED={seed} nox -s {SESSION} -- {shlex.quote(nodeid)}"
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """Fresh inputs every run (the session salt DYT_SEED), reproducible from the nodeid and the salt."""
+    value = (zlib.crc32(request.node.nodeid.encode()) ^ int(os.environ["DYT_SEED"])) & 0x7FFFFFFF
+    request.node.user_properties.append(("seed", str(value)))
+    return value
+
+
+@pytest.fixture(autouse=True)
+def _record(request, record_property):
+    record_property("device", _device_label())
+    record_property("worker", _WORKER)
+    record_property("reproduce", reproduce_command(request.node.nodeid))
+    if request.node.get_closest_marker("gpu_only") and not torch.cuda.is_available():
+        pytest.skip(GPU_ONLY_REASON)
+
+
+def pytest_runtest_logreport(report):
+    config = _CONFIG
+    if config is None or hasattr(config, "workerinput"):
+        return
+    if report.failed:
+        config._dyt_failures.append((report.nodeid, report.when, report.longreprtext[-1500:]))
+    if report.skipped and "gpu_only" in report.keywords and os.environ.get("DYT_REQUIRE_GPU") == "1":
+        config._dyt_gpu_only_skips.append(report.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return
+    if config._dyt_gpu_only_skips:
+        print(f"\nGPU-only tests were skipped on a GPU run: {config._dyt_gpu_only_skips}", file=sys.stderr)
+        session.exitstatus = 1
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    path = REPORTS / f"failures-{SESSION}.md"
+    lines = [f"# Failures of `{SESSION}` (DYT_SEED={os.environ['DYT_SEED']})", ""]
+    if not config._dyt_failures:
+        lines.append("No failures.")
+    for nodeid, when, text in config._dyt_failures:
+        lines += [
+            f"## `{nodeid}` ({when})",
+            "",
+            "Reproduce:",
+            "",
+            "```",
+            reproduce_command(nodeid),
+            f"{DOCKER_LINE} {shlex.quote(nodeid)}",
+            "```",
+            "",
+            "```",
+            text.strip(),
+            "```",
+            "",
+        ]
+    path.write_text("\n".join(lines) + "\n")

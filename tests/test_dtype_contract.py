@@ -1,0 +1,109 @@
+"""dtype_contract: y and dx in x.dtype; dalpha, dgamma, dbeta in their parameters' own dtypes, accumulated
+in float32 and never rounded through x.dtype; bad dtypes and shapes rejected with clear errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import dyt
+from helpers import DTYPES, check_against_reference, device, make_inputs, run
+from paths import PATHS, assert_path, path_context
+from tolerances import REL_L2
+
+pytestmark = pytest.mark.dtype_contract
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize(("x_dtype", "p_dtype"), list(itertools.product(DTYPES, DTYPES)))
+def test_dtype_combinations(x_dtype, p_dtype, path, seed):
+    width = PATHS[path][0]
+    xd, pd = DTYPES[x_dtype], DTYPES[p_dtype]
+    assert_path(path, (37, width), xd)
+    inp = make_inputs((37, width), xd, seed=seed, param_dtype=pd)
+    with path_context(path):
+        outs = run(inp)
+    y, dx, da, dg, db = outs
+    assert (y.dtype, dx.dtype) == (xd, xd)
+    assert (da.dtype, dg.dtype, db.dtype) == (pd, pd, pd)
+    assert da.shape == inp.alpha.shape and dg.shape == db.shape == (width,)
+    check_against_reference(inp, outs)
+
+
+def test_each_parameter_keeps_its_own_dtype(seed):
+    inp = make_inputs((19, 300), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    inp.gamma = inp.gamma.detach().to(torch.float16).requires_grad_()
+    inp.beta = inp.beta.detach().to(torch.bfloat16).requires_grad_()
+    outs = run(inp)
+    assert [t.dtype for t in outs[2:]] == [torch.float32, torch.float16, torch.bfloat16]
+    check_against_reference(inp, outs)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("x_dtype", ["bf16", "fp16"])
+def test_float32_parameter_grads_as_accurate_as_float32(path, x_dtype, seed):
+    """Mixed precision: with 16-bit x, float32 parameter gradients still meet the float32 tolerance.
+
+    Rounding them through x.dtype would give errors near 2^-9 (bf16) or 2^-12 (fp16), far above 1e-5.
+    """
+    width = PATHS[path][0]
+    inp = make_inputs((64, width), DTYPES[x_dtype], seed=seed, param_dtype=torch.float32)
+    with path_context(path):
+        outs = run(inp)
+    assert REL_L2["param"] <= 1e-5
+    check_against_reference(inp, outs)  # float32 grads are held to relative L2 <= 1e-5 there
+
+
+BAD_DTYPES = [torch.int32, torch.int64, torch.bool, torch.complex64, torch.float64, torch.uint8]
+
+
+@pytest.mark.parametrize("which", ["x", "alpha", "gamma", "beta"])
+@pytest.mark.parametrize("bad", BAD_DTYPES, ids=str)
+def test_bad_dtypes_raise_type_error(which, bad):
+    dev = device()
+    args = {"x": torch.ones(4, 8, device=dev), "alpha": torch.ones(1, device=dev),
+            "gamma": torch.ones(8, device=dev), "beta": torch.ones(8, device=dev)}  # fmt: skip
+    args[which] = args[which].to(bad)
+    with pytest.raises(TypeError, match=rf"{which} must be a floating tensor .* got {bad}"):
+        dyt.dyt(**args)
+
+
+@pytest.mark.parametrize(
+    ("which", "shape", "message"),
+    [
+        ("gamma", (7,), r"gamma must have shape \(8,\).*got \(7,\)"),
+        ("gamma", (1, 8), r"gamma must have shape \(8,\).*got \(1, 8\)"),
+        ("beta", (9,), r"beta must have shape \(8,\).*got \(9,\)"),
+        ("alpha", (2,), r"alpha must have exactly one element, got shape \(2,\)"),
+        ("x", (), r"x must have at least one dimension"),
+    ],
+)
+def test_bad_shapes_raise_value_error(which, shape, message):
+    dev = device()
+    args = {"x": torch.ones(4, 8, device=dev), "alpha": torch.ones(1, device=dev),
+            "gamma": torch.ones(8, device=dev), "beta": torch.ones(8, device=dev)}  # fmt: skip
+    args[which] = torch.ones(shape, device=dev)
+    with pytest.raises(ValueError, match=message):
+        dyt.dyt(**args)
+
+
+def test_alpha_as_scalar_tensor_keeps_its_shape(seed):
+    inp = make_inputs((5, 64), torch.float32, seed=seed)
+    inp.alpha = inp.alpha.detach().reshape(()).requires_grad_()
+    outs = run(inp)
+    assert outs[2].shape == ()
+    check_against_reference(inp, outs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device to mix devices")
+def test_mixed_devices_raise_value_error():
+    with pytest.raises(ValueError, match="all tensors must be on one device.*gamma on cpu"):
+        dyt.dyt(torch.ones(4, 8, device="cuda"), torch.ones(1, device="cuda"), torch.ones(8), None)
+
+
+def test_mixed_devices_message_on_cpu_meta():
+    """The device check itself, with the meta device standing in for a second device on CPU machines."""
+    with pytest.raises(ValueError, match="all tensors must be on one device.*alpha on meta"):
+        dyt.dyt(torch.ones(4, 8), torch.ones(1, device="meta"), torch.ones(8), None)

@@ -1,0 +1,134 @@
+"""grid_limit: any row count the GPU can hold. Plans are 1-D and within CUDA's limits for every shape
+class; narrow rows stack several rows per program; >65,535 rows and >2^31 elements run on a real GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dyt
+from dyt import launch, launcher, reference
+from helpers import check_against_reference, device, make_inputs, run
+from paths import PATHS, assert_path, path_context
+from tolerances import assert_close
+
+pytestmark = pytest.mark.grid_limit
+
+GRID_Y_LIMIT = 65_535
+SHAPE_CLASSES = [(rows, width) for width in (1, 2, 64, 100, 256, 768, 4096, 5000, 16384, 65536, 2**20)
+                 for rows in (1, 2, 65_535, 65_536, 70_000, 2**20, 2**24, 2**31 // width + 1)
+                 if rows * width <= 2**36]  # up to 128 GiB of bf16: more than a GPU holds  # fmt: skip
+
+
+def _plans(rows, width, itemsize):
+    fwd = launch.plan_forward(rows, width, itemsize, (width, width), arch="sm90")
+    bwd = launch.plan_backward(rows, width, itemsize, (width, width, width), sm_count=132, arch="sm90")
+    return fwd, bwd
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+def test_every_plan_is_one_dimensional_and_within_limits(itemsize):
+    for rows, width in SHAPE_CLASSES:
+        for plan in _plans(rows, width, itemsize):
+            assert len(plan.grid) == 1, f"{rows}x{width}: grid {plan.grid} is not 1-D"
+            assert 1 <= plan.grid[0] <= launch.GRID_X_LIMIT, f"{rows}x{width}: grid {plan.grid}"
+            covered = plan.grid[0] // plan.n_col_blocks * plan.BLOCK_M
+            if isinstance(plan, launch.BwdPlan):
+                covered *= plan.tiles_per_program
+                assert len(plan.finish_grid) == 1 and plan.finish_grid[0] <= GRID_Y_LIMIT
+            assert covered >= rows, f"{rows}x{width}: plan covers only {covered} rows"
+            assert plan.n_col_blocks * plan.BLOCK_N >= width
+            needs64 = (rows - 1) * width + width > 2**31 - 1
+            assert plan.int64 or not needs64, f"{rows}x{width}: int32 offsets would overflow"
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("width", [1, 2, 16, 64, 100, 128, 256])
+def test_narrow_rows_are_tiled_several_per_program(width, itemsize):
+    """The seed's starvation bug class: one program per row on narrow widths."""
+    fwd, bwd = _plans(2**20, width, itemsize)
+    for plan in (fwd, bwd):
+        assert plan.BLOCK_M * min(plan.BLOCK_N, width) >= 1024, f"width {width}: tile of {plan.BLOCK_M} rows"
+    assert fwd.grid[0] <= 2**20 // 4, "forward launches one program per row or close to it"
+
+
+@pytest.mark.parametrize("width", [4096, 8192, 16384])
+def test_backward_partials_stay_small_at_bandwidth_shapes(width):
+    rows = 2**26 // width
+    _, bwd = _plans(rows, width, 2)
+    main_bytes = 3 * rows * width * 2
+    assert bwd.partial_bytes() < 0.02 * main_bytes, f"partials {bwd.partial_bytes()} B vs main {main_bytes} B"
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_more_rows_than_grid_axis_one_holds_narrow(path, seed):
+    """>65,535 rows everywhere; runs in the interpreter at width 2 (row-tiled) and on GPUs at every path."""
+    width = 2 if path != "column_blocked" else PATHS[path][0]
+    if path == "column_blocked" and not torch.cuda.is_available():
+        pytest.skip("70,000 x 5000 is too slow for the CPU interpreter; runs in gpu_tests")
+    rows = 70_000
+    inp = make_inputs((rows, width), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    with path_context(path):
+        fwd, bwd = launcher.forward_plan(inp.x.detach()), launcher.backward_plan(inp.x.detach(), inp.dy)
+        assert fwd.path == bwd.path == ("row_tiled" if path == "int64" else path)
+        check_against_reference(inp, run(inp))
+
+
+@pytest.mark.gpu_only
+def test_two_to_the_twenty_rows_at_width_64(seed):
+    inp = make_inputs((2**20, 64), torch.bfloat16, seed=seed)
+    assert_path("row_tiled", (2**20, 64), torch.bfloat16)
+    check_against_reference(inp, run(inp))
+
+
+@pytest.mark.gpu_only
+@pytest.mark.parametrize("path", ["row_tiled", "column_blocked"])
+def test_more_rows_than_grid_axis_one_holds_gpu(path, seed):
+    width = {"row_tiled": 768, "column_blocked": 8192}[path]
+    assert_path(path, (70_000, width), torch.bfloat16)
+    inp = make_inputs((70_000, width), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    check_against_reference(inp, run(inp))
+
+
+def _rows_sample(M):
+    return sorted({0, 1, M // 3, M // 2 + 7, M - 2, M - 1})
+
+
+@pytest.mark.gpu_only
+def test_more_than_two_to_the_31_elements(seed):
+    """131,073 x 16,384 bf16 (2^31 + 16,384 elements): int64 offsets, checked on sampled rows and in full
+    for the parameter gradients (float64 reference reduced in chunks on the GPU)."""
+    M, N = 131_073, 16_384
+    assert M * N > 2**31
+    dev = device()
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    x = torch.randn(M, N, device=dev, dtype=torch.bfloat16, generator=gen).requires_grad_()
+    dy = torch.randn(M, N, device=dev, dtype=torch.bfloat16, generator=gen)
+    alpha = torch.tensor([0.7], device=dev, requires_grad=True)
+    gamma = torch.randn(N, device=dev, generator=gen).requires_grad_()
+    beta = torch.randn(N, device=dev, generator=gen).requires_grad_()
+    fwd, bwd = launcher.forward_plan(x.detach()), launcher.backward_plan(x.detach(), dy)
+    assert fwd.int64 and bwd.int64
+    y = dyt.dyt(x, alpha, gamma, beta)
+    y.backward(dy)
+    rows = _rows_sample(M)
+    sub = make_inputs((len(rows), N), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    sub.x, sub.dy = x.detach()[rows].requires_grad_(), dy[rows]
+    sub.alpha, sub.gamma, sub.beta = alpha, gamma, beta
+    y_ref = reference.dyt_forward_reference(sub.x, alpha, gamma, beta)
+    dx_ref = reference.dyt_backward_reference(sub.dy, sub.x, alpha, gamma, beta)[0]
+    assert_close("y[sampled rows]", y.detach()[rows], y_ref, kind="out", storage=torch.bfloat16,
+                 scale=(gamma.double() * torch.tanh(0.7 * sub.x.double())).abs() + beta.double().abs())  # fmt: skip
+    assert_close("dx[sampled rows]", x.grad[rows], dx_ref, kind="out", storage=torch.bfloat16)
+    dgamma = torch.zeros(N, dtype=torch.float64, device=dev)
+    dbeta = torch.zeros(N, dtype=torch.float64, device=dev)
+    dalpha = torch.zeros((), dtype=torch.float64, device=dev)
+    for lo in range(0, M, 8192):
+        dx_c, da_c, dg_c, db_c = reference.dyt_backward_reference(dy[lo : lo + 8192], x.detach()[lo : lo + 8192],
+                                                                  alpha, gamma, beta)  # fmt: skip
+        dalpha += da_c.reshape(())
+        dgamma += dg_c
+        dbeta += db_c
+    assert_close("dalpha", alpha.grad, dalpha.reshape(1), kind="param", storage=torch.float32)
+    assert_close("dgamma", gamma.grad, dgamma, kind="param", storage=torch.float32)
+    assert_close("dbeta", beta.grad, dbeta, kind="param", storage=torch.float32)

@@ -1,0 +1,133 @@
+"""reference_equivalence: the kernels agree with the float64 reference over widths, row counts,
+parameters, ranks, layouts, and through every API (functional, module, torch.compile, plain CPU path)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dyt
+from dyt import torch_path
+from helpers import DTYPES, check_against_reference, device, make_inputs, on_gpu, plans_for, run
+from paths import PATHS, assert_path, path_context
+
+pytestmark = pytest.mark.reference_equivalence
+
+WIDTHS = [1, 2, 3, 7, 31, 64, 97, 128, 255, 256, 257, 509, 768, 1000, 1024, 1031, 2048, 2053, 4096, 4099,
+          8192, 16384]  # fmt: skip
+
+
+def _rows_for(width: int) -> int:
+    budget = 2**20 if on_gpu() else 2**15
+    return max(3, min(1000, budget // width))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("width", WIDTHS)
+def test_widths(width, dtype, seed):
+    inp = make_inputs((_rows_for(width), width), DTYPES[dtype], seed=seed)
+    check_against_reference(inp, run(inp))
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_row_counts_around_tile_boundaries(path, dtype, seed):
+    """Row counts one below, at and one above the forward tile, the backward tile, and a backward run."""
+    width = PATHS[path][0]
+    dt = DTYPES[dtype]
+    with path_context(path):
+        fwd, bwd = plans_for((1, width), dt)
+    counts = {1}
+    for block in (fwd.BLOCK_M, bwd.BLOCK_M, 3 * bwd.BLOCK_M):
+        counts |= {max(1, block - 1), block, block + 1}
+    for i, rows in enumerate(sorted(counts)):
+        assert_path(path, (rows, width), dt)
+        inp = make_inputs((rows, width), dt, seed=seed + i)
+        with path_context(path):
+            check_against_reference(inp, run(inp), label=f"rows={rows} ")
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("alpha", [0.5, -0.8, 1e-4, -3e-6, 25.0])
+@pytest.mark.parametrize("beta", [True, False], ids=["beta", "nobeta"])
+def test_alpha_and_beta(path, alpha, beta, seed):
+    width = PATHS[path][0]
+    assert_path(path, (33, width), torch.float32)
+    inp = make_inputs((33, width), torch.float32, seed=seed, alpha=alpha, beta=beta)
+    with path_context(path):
+        check_against_reference(inp, run(inp))
+
+
+@pytest.mark.parametrize("shape", [(96,), (3, 5, 96), (2, 3, 4, 96), (2, 1, 3, 2, 5000)], ids=str)
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_ranks(shape, dtype, seed):
+    inp = make_inputs(shape, DTYPES[dtype], seed=seed)
+    check_against_reference(inp, run(inp))
+
+
+def _strided(kind: str, rows: int, width: int, dtype, seed: int):
+    """x with a non-trivial layout; dy expanded (stride 0 rows) where the kind says so."""
+    inp = make_inputs((rows, width), dtype, seed=seed)
+    base = inp.x.detach()
+    if kind == "row_slice":  # rows strided: a column slice of a wider tensor, no copy needed
+        wide = torch.randn(rows, width + 37, dtype=torch.float32, device=base.device).to(dtype)
+        wide[:, 5 : 5 + width] = base
+        x = wide[:, 5 : 5 + width]
+    elif kind == "every_other_row":
+        tall = torch.randn(2 * rows, width, dtype=torch.float32, device=base.device).to(dtype)
+        tall[::2] = base
+        x = tall[::2]
+    elif kind == "transposed":  # last dim not contiguous: copied once
+        x = base.t().contiguous().t()
+    elif kind == "expanded_dy":
+        x = base
+        inp.dy = torch.randn(1, width, dtype=torch.float32, device=base.device).to(dtype).expand(rows, width)
+    else:
+        raise ValueError(kind)
+    inp.x = x.requires_grad_()
+    return inp
+
+
+@pytest.mark.parametrize("kind", ["row_slice", "every_other_row", "transposed", "expanded_dy"])
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_non_contiguous(kind, path, seed):
+    width = PATHS[path][0]
+    inp = _strided(kind, 41, width, torch.bfloat16, seed)
+    assert not inp.x.is_contiguous() or kind == "expanded_dy"
+    with path_context(path):
+        check_against_reference(inp, run(inp))
+
+
+def test_module_matches_functional(seed):
+    inp = make_inputs((4, 7, 96), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    m = dyt.DyT(96, device=device())
+    with torch.no_grad():
+        m.alpha.copy_(inp.alpha)
+        m.weight.copy_(inp.gamma)
+        m.bias.copy_(inp.beta)
+    y_mod = m(inp.x)
+    y_fun = dyt.dyt(inp.x, inp.alpha, inp.gamma, inp.beta)
+    assert torch.equal(y_mod, y_fun)
+    y_mod.backward(inp.dy)
+    inp.alpha, inp.gamma, inp.beta = m.alpha, m.weight, m.bias
+    outs = (y_mod.detach(), inp.x.grad, m.alpha.grad, m.weight.grad, m.bias.grad)
+    check_against_reference(inp, outs)
+
+
+def test_torch_compile_fullgraph(seed):
+    inp = make_inputs((64, 200), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    backend = "inductor" if on_gpu() else "aot_eager"
+    compiled = torch.compile(dyt.dyt, fullgraph=True, backend=backend)
+    check_against_reference(inp, run(inp, compiled))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("width", [1, 100, 5000])
+def test_plain_pytorch_path(width, dtype, seed):
+    """The path CPU tensors take without the interpreter: same contract, called directly."""
+    inp = make_inputs((37, width), DTYPES[dtype], seed=seed, param_dtype=torch.float32, dev=torch.device("cpu"))
+    x2d, dy2d = inp.x.detach(), inp.dy
+    a, g, b = inp.alpha.detach(), inp.gamma.detach(), inp.beta.detach()
+    y = torch_path.forward(x2d, a, g, b, x2d.dtype)
+    dx, da, dg, db = torch_path.backward(dy2d, x2d, a, g, x2d.dtype, a.dtype, g.dtype, b.dtype)
+    check_against_reference(inp, (y, dx, da, dg, db))

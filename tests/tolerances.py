@@ -1,0 +1,82 @@
+"""The one tolerance table of the suites, and the checks that apply it against the float64 reference.
+
+float32 storage: relative L2 error at most 1e-6 for y and dx, 1e-5 for parameter gradients.
+bfloat16/float16 storage: every element within one ulp of the reference rounded to that dtype, plus the
+float32 evaluation error of the expression: EVAL_ULPS float32 ulps of its largest term (scale), so that
+results that cancel to nearly zero are judged by what float32 arithmetic can deliver.
+NaN patterns, and the positions and signs of infinities, must match the reference exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+REL_L2 = {"out": 1e-6, "param": 1e-5}
+EVAL_ULPS = 8
+FP32_EPS = 2.0**-23
+MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10}
+
+
+def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Spacing of dtype at the reference rounded to dtype (float64 result); subnormal spacing near 0."""
+    finfo = torch.finfo(dtype)
+    r = values.to(dtype).to(torch.float64).abs()
+    exponent = torch.floor(torch.log2(r.clamp_min(finfo.tiny)))
+    return torch.exp2(exponent - MANTISSA_BITS[dtype]).clamp_min(finfo.tiny * 2.0 ** -MANTISSA_BITS[dtype])
+
+
+def assert_same_nonfinite(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
+    got64 = got.detach().to(torch.float64).cpu()
+    ref = ref.cpu()
+    nan_got, nan_ref = torch.isnan(got64), torch.isnan(ref)
+    if not torch.equal(nan_got, nan_ref):
+        extra = (nan_got & ~nan_ref).nonzero()[:5].tolist()
+        missing = (nan_ref & ~nan_got).nonzero()[:5].tolist()
+        raise AssertionError(
+            f"{name}: NaN pattern differs from the reference: {int((nan_got & ~nan_ref).sum())} extra NaN "
+            f"(first at {extra}), {int((nan_ref & ~nan_got).sum())} missing (first at {missing})"
+        )
+    inf_ref = torch.isinf(ref)
+    inf_got = torch.isinf(got64)
+    if not torch.equal(inf_got, inf_ref) or not torch.equal(got64[inf_ref], ref[inf_ref]):
+        raise AssertionError(f"{name}: infinities differ from the reference")
+
+
+def assert_close(name: str, got: torch.Tensor, ref: torch.Tensor, *, kind: str, storage: torch.dtype,
+                 scale: torch.Tensor | None = None) -> None:  # fmt: skip
+    """got (any dtype) against the float64 ref; kind 'out' (y, dx) or 'param' (parameter gradients).
+
+    storage is the dtype the value is stored in (got.dtype); scale is the magnitude of the largest float32
+    term of each element's expression (defaults to |ref|), used by the 16-bit rule only.
+    """
+    assert got.dtype == storage, f"{name}: dtype {got.dtype}, expected {storage}"
+    assert tuple(got.shape) == tuple(ref.shape), f"{name}: shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
+    assert_same_nonfinite(name, got, ref)
+    got64 = got.detach().to(torch.float64).cpu()
+    ref = ref.cpu()
+    finite = torch.isfinite(ref)
+    g, r = got64[finite], ref[finite]
+    if r.numel() == 0:
+        return
+    if storage == torch.float32:
+        err = (g - r).norm()
+        norm = r.norm()
+        rel = float(err / norm) if norm > 0 else float(err)
+        limit = REL_L2[kind]
+        if not rel <= limit:
+            worst = int((g - r).abs().argmax())
+            raise AssertionError(
+                f"{name}: relative L2 error {rel:.3e} > {limit:.0e} (worst element {worst}: got "
+                f"{float(g[worst])!r}, reference {float(r[worst])!r})"
+            )
+        return
+    s = (scale if scale is not None else ref.abs()).cpu()[finite]
+    allowed = ulp(r, storage) + EVAL_ULPS * FP32_EPS * s
+    bad = (g - r).abs() > allowed
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise AssertionError(
+            f"{name}: {int(bad.sum())} of {r.numel()} elements off by more than one {storage} ulp "
+            f"(+ float32 evaluation error); first: got {float(g[i])!r}, reference {float(r[i])!r}, "
+            f"allowed {float(allowed[i]):.3e}"
+        )
