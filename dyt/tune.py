@@ -1,0 +1,115 @@
+"""Timing-based tuning, opt-in and offline: measures candidate tiles per (mode, dtype, width bucket) on
+the GPU at hand and writes the launch table (dyt/tables/<arch>.json) that every later run reads without
+timing anything. `python -m dyt tune [--out PATH] [--budget-s S] [--buckets 16bit,fp32]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import pathlib
+import time
+
+from dyt import launch
+
+WIDTH_BUCKETS = [64, 128, 256, 512, 1024, 2048, 4096, 8192, None]
+BUCKET_DTYPES = {"16bit": "bfloat16", "fp32": "float32"}
+TILES = [(1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8)]  # (elements per tile, num_warps)
+WIDE_BLOCK_N = [1024, 2048, 4096]
+PROGRAMS_PER_SM = [2, 4]
+
+
+def candidates(mode: str, width: int) -> list[dict]:
+    block_ns = [launch.next_pow2(width)] if width <= 2048 else WIDE_BLOCK_N
+    out = []
+    for block_n in block_ns:
+        for tile, warps in TILES:
+            if tile < block_n:
+                continue
+            entry = {"max_width": None, "BLOCK_M": tile // block_n, "BLOCK_N": block_n, "num_warps": warps}
+            for pps in PROGRAMS_PER_SM if mode == "bwd" else [None]:
+                out.append(entry if pps is None else {**entry, "programs_per_sm": pps})
+    return out
+
+
+def _time(mode, entry, bucket, x, dy, alpha, gamma, beta):
+    import triton
+    import triton.testing
+
+    from dyt import launcher
+
+    table = {"fwd": {bucket: [entry]}, "bwd": {bucket: [entry]}}
+    with launch.overrides(table=table):
+        if mode == "fwd":
+            fn = lambda: launcher.forward(x, alpha, gamma, beta, x.dtype)
+        else:
+            fn = lambda: launcher.backward(dy, x, alpha, gamma, x.dtype, alpha.dtype, gamma.dtype, beta.dtype)
+        try:
+            return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+        except Exception as exc:  # a config that does not compile or launch is simply not chosen
+            print(f"  skip {entry}: {type(exc).__name__}: {exc}")
+            return float("inf")
+
+
+def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str]) -> dict:
+    import torch
+
+    from dyt import launcher
+
+    arch, _ = launcher.device_facts(torch.device("cuda"))
+    table = copy.deepcopy(launch.load_table(arch))
+    table["arch"] = arch
+    table["note"] = f"Written by `python -m dyt tune` on {torch.cuda.get_device_name()}; medians of do_bench."
+    start = time.time()
+    for bucket in buckets:
+        dtype = getattr(torch, BUCKET_DTYPES[bucket])
+        for mode in modes:
+            entries = []
+            for max_width in WIDTH_BUCKETS:
+                width = max_width or 16384
+                rows = 2**26 // width
+                if time.time() - start > budget_s:
+                    print(f"budget spent: {mode} {bucket} width<={max_width} keeps its current entry")
+                    entries.append(launch.table_entry(table, mode, 2 if bucket == "16bit" else 4, width)
+                                   | {"max_width": max_width})  # fmt: skip
+                    continue
+                x = torch.randn(rows, width, device="cuda", dtype=dtype)
+                dy = torch.randn_like(x)
+                alpha = torch.full((1,), 0.5, device="cuda", dtype=dtype)
+                gamma = torch.randn(width, device="cuda", dtype=dtype)
+                beta = torch.randn(width, device="cuda", dtype=dtype)
+                timed = [(_time(mode, c, bucket, x, dy, alpha, gamma, beta), c) for c in candidates(mode, width)]
+                ms, best = min(timed, key=lambda t: t[0])
+                moved = (2 if mode == "fwd" else 3) * x.numel() * x.element_size()
+                print(f"{mode} {bucket} width<={max_width}: {ms * 1e3:.1f} us {moved / ms / 1e6:.0f} GB/s {best}")
+                entries.append({**best, "max_width": max_width, "median_us": round(ms * 1e3, 2)})
+                del x, dy
+            table[mode][bucket] = entries
+    out.write_text(json.dumps(table, indent=1) + "\n")
+    print(f"wrote {out}")
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dyt tune", description=__doc__)
+    parser.add_argument("--out", type=pathlib.Path, default=None, help="default: dyt/tables/<arch>.json")
+    parser.add_argument("--budget-s", type=float, default=600.0)
+    parser.add_argument("--buckets", default="16bit,fp32")
+    parser.add_argument("--modes", default="fwd,bwd")
+    args = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("dyt tune: needs a CUDA GPU (it times kernels); none is visible")
+        return 2
+    from dyt import launcher
+
+    arch, _ = launcher.device_facts(torch.device("cuda"))
+    out = args.out or launch.TABLES / f"{arch}.json"
+    tune(out, args.budget_s, args.buckets.split(","), args.modes.split(","))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
