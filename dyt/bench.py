@@ -1,0 +1,681 @@
+"""Performance harness and its regression gate: dyt beside its peers, as ratios to the copy ceiling.
+
+Every number is measured in one run on one GPU (the peers, the device-to-device copy ceiling and dyt), so
+ratios hold on a noisy machine where absolute times do not. A failing provider or shape becomes a record
+with an "error" string, never a crash. torch and triton are imported inside functions only: the gate reads
+files alone and must run where neither is installed.
+
+Record fields: provider, M, N, dtype (x), param_dtype, mode, shape_set, median_ms, gbps (minimal bytes),
+ratio_to_ceiling, speedup_vs_best_peer (fastest other provider's ms / this ms), first_call_s (the
+provider's first forward on the case's inputs: JIT or torch.compile time included),
+error (None, or why the record failed), err (relative L2 errors against float64: y, dx, dalpha, dgamma,
+dbeta, and max over those the mode exercises).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+HALF_DTYPES = ("bfloat16", "float16")
+PROVIDERS = ("dyt", "eager", "compile", "liger")
+MODES = ("fwd", "bwd", "fwdbwd", "fwd_nograd")
+DEFAULT_MODES = ("fwd", "bwd", "fwdbwd")
+DEFAULT_DTYPES = ("bf16", "fp32")
+DEFAULT_SHAPE_SETS = ("bandwidth", "small", "model", "mixed")
+
+BANDWIDTH_ELEMENTS = 2**26
+BANDWIDTH_WIDTHS = (64, 128, 256, 512, 768, 1024, 2048, 4096, 8192, 16384)
+SMALL_SHAPES = ((4096, 64), (4096, 256), (2048, 4096), (6304, 768))
+MODEL_SHAPES = ((50432, 768), (32768, 4096), (16384, 8192))
+CEILING_BYTES = 2**30
+
+# Minimal traffic in units of x's size: fwd reads x, writes y; bwd reads x and dy, writes dx.
+TRAFFIC = {"fwd": 2, "fwd_nograd": 2, "bwd": 3, "fwdbwd": 5}
+# Which relative errors each mode answers for (the "max" in err).
+MODE_ERRORS = {
+    "fwd": ("y",),
+    "fwd_nograd": ("y",),
+    "bwd": ("dx", "dalpha", "dgamma", "dbeta"),
+    "fwdbwd": ("y", "dx", "dalpha", "dgamma", "dbeta"),
+}
+
+Timer = Callable[[Callable[[], Any], list | None], float]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input configuration: every provider and mode of a case shares the same tensors."""
+
+    M: int
+    N: int
+    dtype: str
+    param_dtype: str
+    shape_set: str
+
+    @property
+    def key(self) -> tuple[int, int, str, str]:
+        return (self.M, self.N, self.dtype, self.param_dtype)
+
+
+# ----------------------------------------------------------------------------------------------- shapes
+
+
+def bandwidth_shapes() -> list[tuple[int, int]]:
+    """rows x C = 2^26 elements (rows = 2^26 // C where C does not divide it, e.g. 768)."""
+    return [(BANDWIDTH_ELEMENTS // c, c) for c in BANDWIDTH_WIDTHS]
+
+
+def parse_dtypes(spec: str) -> list[str]:
+    out = []
+    for name in _split(spec):
+        if name not in DTYPES:
+            raise ValueError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPES)}")
+        out.append(DTYPES[name])
+    return out
+
+
+def parse_shapes(spec: str, dtypes: list[str]) -> list[Case]:
+    """Named sets (bandwidth, small, model, mixed) and explicit MxN, crossed with dtypes; no duplicates.
+
+    mixed: the small and model shapes with half-precision x and float32 parameters (x in the half dtypes
+    asked for, bf16 when none was).
+    """
+    cases: list[Case] = []
+    for item in _split(spec):
+        if item == "bandwidth":
+            cases += [Case(m, n, d, d, "bandwidth") for d in dtypes for m, n in bandwidth_shapes()]
+        elif item in ("small", "model"):
+            shapes = SMALL_SHAPES if item == "small" else MODEL_SHAPES
+            cases += [Case(m, n, d, d, item) for d in dtypes for m, n in shapes]
+        elif item == "mixed":
+            halves = [d for d in dtypes if d in HALF_DTYPES] or ["bfloat16"]
+            cases += [
+                Case(m, n, d, "float32", "mixed") for d in halves for m, n in SMALL_SHAPES + MODEL_SHAPES
+            ]
+        elif match := re.fullmatch(r"(\d+)[xX](\d+)", item):
+            m, n = int(match.group(1)), int(match.group(2))
+            cases += [Case(m, n, d, d, "custom") for d in dtypes]
+        else:
+            raise ValueError(f"unknown shape {item!r}: expected bandwidth, small, model, mixed or MxN")
+    seen: set = set()
+    return [c for c in cases if not (c.key in seen or seen.add(c.key))]
+
+
+def _split(spec: str) -> list[str]:
+    return [s.strip() for s in spec.split(",") if s.strip()]
+
+
+# -------------------------------------------------------------------------------------------- providers
+
+
+def _eager(x, alpha, gamma, beta):
+    import torch
+
+    return gamma * torch.tanh(alpha * x) + beta
+
+
+def _provider_dyt():
+    import dyt
+
+    return dyt.dyt
+
+
+def _provider_eager():
+    return _eager
+
+
+def _provider_compile():
+    """A fresh compile per case: dynamo state is reset so no case falls back to eager or goes dynamic."""
+    import torch
+
+    torch._dynamo.reset()
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
+    return torch.compile(_eager, dynamic=False)
+
+
+def _provider_liger():
+    from liger_kernel.ops.dyt import LigerDyTFunction
+
+    return LigerDyTFunction.apply
+
+
+PROVIDER_FACTORIES: dict[str, Callable[[], Callable]] = {
+    "dyt": _provider_dyt,
+    "eager": _provider_eager,
+    "compile": _provider_compile,
+    "liger": _provider_liger,
+}
+
+
+# ------------------------------------------------------------------------------------------- measuring
+
+
+def triton_timer(quick: bool = False) -> Timer:
+    """Median of triton.testing.do_bench; grads reset outside the timed region, L2 flushed each rep."""
+    from triton.testing import do_bench
+
+    warmup, rep = (3, 10) if quick else (25, 100)
+
+    def timer(fn, grad_to_none):
+        return float(do_bench(fn, warmup=warmup, rep=rep, grad_to_none=grad_to_none, return_mode="median"))
+
+    return timer
+
+
+def wallclock_timer(reps: int = 3) -> Timer:
+    """Median wall time: for CPU smoke tests of the harness, not for numbers anyone reads."""
+
+    def timer(fn, grad_to_none):
+        times = []
+        for _ in range(reps):
+            for t in grad_to_none or ():
+                t.grad = None
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(times)
+
+    return timer
+
+
+def _sync(device) -> None:
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_ceiling(device, timer: Timer, nbytes: int = CEILING_BYTES) -> dict[str, float]:
+    """Device-to-device copy of nbytes: GB/s counting bytes read and written (2 x nbytes)."""
+    import torch
+
+    buf = [torch.empty(nbytes, dtype=torch.uint8, device=device) for _ in range(2)]
+    try:
+        ms = timer(lambda: buf[1].copy_(buf[0]), None)
+    finally:
+        buf.clear()
+        _free(device)
+    return {"ms": ms, "gbps": 2 * nbytes / (ms * 1e-3) / 1e9, "bytes": nbytes}
+
+
+def make_inputs(case: Case, device, seed: int) -> dict[str, Any]:
+    """Fresh random inputs (never zeros): alpha around 0.5, gamma and beta random, dy random."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    xdt, pdt = getattr(torch, case.dtype), getattr(torch, case.param_dtype)
+
+    def randn(*shape, dtype):
+        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+    return {
+        "x": randn(case.M, case.N, dtype=xdt),
+        "alpha": (0.5 + 0.05 * randn(1, dtype=torch.float32)).to(pdt),
+        "gamma": randn(case.N, dtype=pdt),
+        "beta": randn(case.N, dtype=pdt),
+        "dy": randn(case.M, case.N, dtype=xdt),
+    }
+
+
+def reference(inputs: dict[str, Any]) -> dict[str, Any]:
+    """float64 y and gradients on exactly the inputs every provider sees."""
+    from dyt.reference import dyt_backward_reference, dyt_forward_reference
+
+    x, a, g, b, dy = (inputs[k] for k in ("x", "alpha", "gamma", "beta", "dy"))
+    y = dyt_forward_reference(x, a, g, b)
+    dx, da, dg, db = dyt_backward_reference(dy, x, a, g, b)
+    return {"y": y, "dx": dx, "dalpha": da, "dgamma": dg, "dbeta": db}
+
+
+def rel_l2(got, ref) -> float:
+    """||got - ref|| / ||ref|| in float64 (absolute norm where the reference is all zero)."""
+    import torch
+
+    got64 = got.detach().to(torch.float64)
+    num = torch.linalg.vector_norm(got64 - ref).item()
+    den = torch.linalg.vector_norm(ref).item()
+    return num / den if den > 0 else num
+
+
+def _leaves(inputs):
+    return [inputs[k].detach().clone().requires_grad_() for k in ("x", "alpha", "gamma", "beta")]
+
+
+def measure_errors(fn, inputs, ref, device) -> tuple[dict[str, float], float]:
+    """Relative L2 errors of y and of every gradient from one forward and backward, and the cold time.
+
+    This is the provider's first call on the case, so its forward time (JIT or torch.compile included)
+    is the first-call time.
+    """
+    leaves = _leaves(inputs)
+    start = time.perf_counter()
+    y = fn(*leaves)
+    _sync(device)
+    first_call_s = time.perf_counter() - start
+    y.backward(inputs["dy"])
+    got = {"y": y, "dx": leaves[0].grad, "dalpha": leaves[1].grad, "dgamma": leaves[2].grad}
+    got["dbeta"] = leaves[3].grad
+    errs = {}
+    for name, tensor in got.items():
+        errs[name] = float("nan") if tensor is None else rel_l2(tensor, ref[name])
+    return errs, first_call_s
+
+
+def timed_fn(fn, mode: str, inputs) -> tuple[Callable[[], Any], list | None]:
+    """The callable to time for a mode, and the leaves whose grads the timer resets between reps."""
+    import torch
+
+    if mode == "fwd_nograd":
+        args = [inputs[k] for k in ("x", "alpha", "gamma", "beta")]
+
+        def run():
+            with torch.no_grad():
+                return fn(*args)
+
+        return run, None
+    leaves = _leaves(inputs)
+    dy = inputs["dy"]
+    if mode == "fwd":
+        return (lambda: fn(*leaves)), None
+    if mode == "bwd":
+        y = fn(*leaves)
+        return (lambda: y.backward(dy, retain_graph=True)), leaves
+    if mode == "fwdbwd":
+        return (lambda: fn(*leaves).backward(dy)), leaves
+    raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
+
+
+def _free(device) -> None:
+    import torch
+
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _error_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:300]
+
+
+def _record(provider: str, case: Case, mode: str) -> dict[str, Any]:
+    return {
+        "provider": provider,
+        "M": case.M,
+        "N": case.N,
+        "dtype": case.dtype,
+        "param_dtype": case.param_dtype,
+        "mode": mode,
+        "shape_set": case.shape_set,
+        "median_ms": None,
+        "gbps": None,
+        "ratio_to_ceiling": None,
+        "speedup_vs_best_peer": None,
+        "first_call_s": None,
+        "error": None,
+        "err": {},
+    }
+
+
+def run_case(
+    case: Case,
+    providers: Iterable[str],
+    modes: Iterable[str],
+    device,
+    timer: Timer,
+    ceiling_gbps: float | None,
+    seed: int = 0,
+    factories: dict[str, Callable[[], Callable]] | None = None,
+    on_record: Callable[[dict], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Every provider x mode of one case on shared inputs; exceptions (OOM included) become records."""
+    factories = factories or PROVIDER_FACTORIES
+    modes = list(modes)
+    records: list[dict[str, Any]] = []
+    inputs = ref = None
+    setup_error = None
+    try:
+        inputs = make_inputs(case, device, seed)
+        ref = reference(inputs)
+        _sync(device)
+    except Exception as exc:  # noqa: BLE001 - OOM or a bad shape: every record of the case says why
+        setup_error = f"inputs: {_error_text(exc)}"
+    if setup_error is not None:  # freed outside the except block: the traceback pins the tensors
+        inputs = ref = None
+        _free(device)
+    elem_bytes = inputs["x"].element_size() if inputs is not None else 0
+    for provider in providers:
+        fn, provider_error, errs, cold = None, setup_error, {}, None
+        if provider_error is None:
+            try:
+                fn = factories[provider]()
+            except Exception as exc:  # noqa: BLE001 - a missing peer is a row, not a crash
+                provider_error = f"unavailable: {_error_text(exc)}"
+        if provider_error is None:
+            try:
+                errs, cold = measure_errors(fn, inputs, ref, device)
+                _sync(device)
+            except Exception as exc:  # noqa: BLE001
+                provider_error = _error_text(exc)
+            if provider_error is not None:
+                _free(device)
+        for mode in modes:
+            rec = _record(provider, case, mode)
+            rec["first_call_s"] = cold
+            if provider_error is not None:
+                rec["error"] = provider_error
+            else:
+                try:
+                    _measure_mode(rec, fn, mode, inputs, device, timer, elem_bytes, ceiling_gbps)
+                except Exception as exc:  # noqa: BLE001
+                    rec["error"] = _error_text(exc)
+                if rec["error"]:
+                    _free(device)
+                wanted = {k: errs[k] for k in MODE_ERRORS[mode] if k in errs}
+                finite = [v for v in wanted.values() if math.isfinite(v)]
+                rec["err"] = {**wanted, "max": max(finite) if len(finite) == len(wanted) else float("nan")}
+            records.append(rec)
+            if on_record is not None:
+                on_record(rec)
+    del inputs, ref
+    _free(device)
+    fill_speedups(records)
+    return records
+
+
+def _measure_mode(rec, fn, mode, inputs, device, timer, elem_bytes, ceiling_gbps) -> None:
+    run, grads = timed_fn(fn, mode, inputs)
+    ms = timer(run, grads)
+    _sync(device)
+    rec["median_ms"] = ms
+    rec["gbps"] = TRAFFIC[mode] * rec["M"] * rec["N"] * elem_bytes / (ms * 1e-3) / 1e9
+    if ceiling_gbps:
+        rec["ratio_to_ceiling"] = rec["gbps"] / ceiling_gbps
+
+
+def fill_speedups(records: list[dict[str, Any]]) -> None:
+    """speedup_vs_best_peer = fastest other provider's ms / this ms, per shape, dtypes and mode."""
+    groups: dict[tuple, list[dict]] = {}
+    for rec in records:
+        groups.setdefault(record_key(rec), []).append(rec)
+    for group in groups.values():
+        for rec in group:
+            peers = [p["median_ms"] for p in group if p is not rec and _ok(p)]
+            if _ok(rec) and peers:
+                rec["speedup_vs_best_peer"] = min(peers) / rec["median_ms"]
+
+
+def _ok(rec: dict) -> bool:
+    return not rec.get("error") and isinstance(rec.get("median_ms"), (int, float)) and rec["median_ms"] > 0
+
+
+def record_key(rec: dict) -> tuple:
+    """What makes two records comparable: shape, x dtype, parameter dtype, mode."""
+    return (rec["M"], rec["N"], rec["dtype"], rec.get("param_dtype") or rec["dtype"], rec["mode"])
+
+
+def _json_safe(value):
+    """NaN and inf as strings: strict JSON readers (browsers, jq) reject bare NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def gpu_slug(name: str | None) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200': a file-name-safe GPU model."""
+    slug = re.sub(r"[^a-z0-9]+", "-", (name or "unknown-gpu").lower()).strip("-")
+    return slug or "unknown-gpu"
+
+
+def perf_path(out_dir: Path, env: dict) -> Path:
+    sha = (env.get("git_sha") or "unknown")[:7]
+    return Path(out_dir) / f"{gpu_slug(env.get('gpu_name'))}-{sha}.json"
+
+
+# -------------------------------------------------------------------------------------------------- gate
+
+
+@dataclass
+class GateResult:
+    """Outcome of comparing a run with a baseline; code is the CLI exit status."""
+
+    code: int
+    compared: int = 0
+    regressions: list[dict] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+
+GATE_OK, GATE_REGRESSION, GATE_USAGE, GATE_NOT_COMPARABLE = 0, 1, 2, 3
+
+
+def load_perf(path: str | Path) -> dict:
+    """A perf JSON (our format); raises ValueError naming the file when it is not one."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+        raise ValueError(f"{path}: not a perf report (expected an object with a 'records' list)")
+    return data
+
+
+def _ratio(rec: dict | None) -> float | None:
+    value = None if rec is None or rec.get("error") else rec.get("ratio_to_ceiling")
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _describe(key: tuple) -> str:
+    m, n, dtype, pdt, mode = key
+    params = "" if pdt == dtype else f" (params {pdt})"
+    return f"{m}x{n} {dtype}{params} {mode}"
+
+
+def gate(current: dict, baseline: dict, margin: float = 0.05, strict: bool = False) -> GateResult:
+    """Fails when a dyt record's ratio_to_ceiling drops more than margin (absolute) below the baseline.
+
+    Ratios, not times, and only against a baseline of the same GPU model: a different model says so and
+    passes with a warning (or returns GATE_NOT_COMPARABLE under strict). A record that measured in the
+    baseline and fails now is a regression; one not measured now is listed, not failed.
+    """
+    gpu_now = (current.get("env") or {}).get("gpu_name")
+    gpu_base = (baseline.get("env") or {}).get("gpu_name")
+    if not gpu_now or gpu_now != gpu_base:
+        msg = f"GPU model differs (current {gpu_now!r}, baseline {gpu_base!r}): ratios are not comparable"
+        if strict:
+            return GateResult(GATE_NOT_COMPARABLE, lines=[f"ERROR: {msg} (--strict)"])
+        return GateResult(GATE_OK, lines=[f"WARNING: {msg}; gate skipped"])
+
+    ours_now = {record_key(r): r for r in current["records"] if r.get("provider") == "dyt"}
+    result = GateResult(GATE_OK)
+    missing = []
+    for rec in baseline["records"]:
+        if rec.get("provider") != "dyt" or (base := _ratio(rec)) is None:
+            continue
+        key = record_key(rec)
+        if key not in ours_now:
+            missing.append(_describe(key))
+            continue
+        result.compared += 1
+        now_rec = ours_now[key]
+        now = _ratio(now_rec)
+        if now is None:
+            why = now_rec.get("error") or "no ratio_to_ceiling"
+            result.regressions.append({"key": key, "baseline": base, "current": None, "error": why})
+            result.lines.append(f"REGRESSION dyt {_describe(key)}: ratio {base:.3f} -> failed ({why})")
+        elif now < base - margin:
+            result.regressions.append({"key": key, "baseline": base, "current": now})
+            result.lines.append(
+                f"REGRESSION dyt {_describe(key)}: ratio to ceiling {base:.3f} -> {now:.3f} "
+                f"({now - base:+.3f}, margin {margin})"
+            )
+    if missing:
+        result.lines.append(f"note: {len(missing)} baseline rows not measured now, e.g. {missing[0]}")
+    if result.regressions:
+        result.code = GATE_REGRESSION
+        result.lines.append(f"FAIL: {len(result.regressions)} of {result.compared} dyt rows regressed")
+    elif result.compared == 0:
+        msg = "no dyt rows in common with the baseline"
+        result.code = GATE_NOT_COMPARABLE if strict else GATE_OK
+        result.lines.append(("ERROR: " if strict else "WARNING: ") + msg)
+    else:
+        result.lines.append(
+            f"OK: {result.compared} dyt rows compared on {gpu_now}, none dropped more than {margin} "
+            "in ratio to ceiling"
+        )
+    return result
+
+
+def gate_files(current: str | Path, baseline: str | Path, margin: float = 0.05, strict: bool = False) -> int:
+    """gate() on two files, printed; the exit status."""
+    try:
+        cur, base = load_perf(current), load_perf(baseline)
+    except (OSError, ValueError) as exc:
+        print(f"gate: {exc}", file=sys.stderr)
+        return GATE_USAGE
+    result = gate(cur, base, margin=margin, strict=strict)
+    for line in result.lines:
+        print(line, file=sys.stderr if result.code else sys.stdout)
+    return result.code
+
+
+# ----------------------------------------------------------------------------------------------- the CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--providers", default=",".join(PROVIDERS), help="comma list of " + ",".join(PROVIDERS)
+    )
+    parser.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES), help="comma list of bf16,fp16,fp32")
+    parser.add_argument(
+        "--shapes",
+        default=",".join(DEFAULT_SHAPE_SETS),
+        help="comma list of bandwidth,small,model,mixed and/or MxN (e.g. 4096x64)",
+    )
+    parser.add_argument("--modes", default=",".join(DEFAULT_MODES), help="comma list of " + ",".join(MODES))
+    parser.add_argument("--out", default="reports/perf", help="output folder (default reports/perf)")
+    parser.add_argument("--quick", action="store_true", help="few repetitions: a smoke test, not numbers")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--compare", metavar="BASELINE.json", help="gate this run against a baseline")
+    parser.add_argument("--margin", type=float, default=0.05, help="allowed drop in ratio to ceiling")
+    parser.add_argument("--strict", action="store_true", help="with --compare: a different GPU model fails")
+
+
+def main(args: argparse.Namespace) -> int:
+    """`python -m dyt bench`: measure, write reports/perf/<gpu>-<sha7>.json, optionally gate."""
+    try:
+        providers = _split(args.providers)
+        for p in providers:
+            if p not in PROVIDERS:
+                raise ValueError(f"unknown provider {p!r}: expected one of {', '.join(PROVIDERS)}")
+        modes = _split(args.modes)
+        for m in modes:
+            if m not in MODES:
+                raise ValueError(f"unknown mode {m!r}: expected one of {', '.join(MODES)}")
+        cases = parse_shapes(args.shapes, parse_dtypes(args.dtypes))
+    except ValueError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    import torch
+
+    if not torch.cuda.is_available():
+        print(
+            "bench: no CUDA device visible (torch.cuda.is_available() is False); the bench measures GPU "
+            "kernels against the GPU's copy ceiling and has nothing to measure here. "
+            "`python -m dyt report` and `python -m dyt gate` work without a GPU.",
+            file=sys.stderr,
+        )
+        return 2
+    from dyt.env import collect_env
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    env = collect_env(seeds={"bench": args.seed})
+    timer = triton_timer(quick=args.quick)
+    ceiling = measure_ceiling(device, timer)
+    print(f"copy ceiling on {env['gpu_name']}: {ceiling['gbps']:.0f} GB/s", file=sys.stderr)
+    records = run_all(cases, providers, modes, device, timer, ceiling["gbps"], args.seed)
+    report = {
+        "env": env,
+        "ceiling_gbps": ceiling["gbps"],
+        "ceiling": ceiling,
+        "config": {
+            "providers": providers,
+            "modes": modes,
+            "shapes": args.shapes,
+            "dtypes": args.dtypes,
+            "quick": args.quick,
+            "seed": args.seed,
+            "timer": "triton.testing.do_bench median",
+        },
+        "cold_start_s": cold_starts(records),
+        "records": records,
+    }
+    path = perf_path(Path(args.out), env)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_json_safe(report), indent=1) + "\n")
+    failed = sum(1 for r in records if r["error"])
+    print(f"wrote {path} ({len(records)} records, {failed} with errors)")
+    if args.compare:
+        return gate_files(path, args.compare, margin=args.margin, strict=args.strict)
+    return 0
+
+
+def run_all(cases, providers, modes, device, timer, ceiling_gbps, seed) -> list[dict]:
+    """All cases, under a progress bar (one tick per provider x mode x case)."""
+    total = len(cases) * len(providers) * len(modes)
+    bar = _progress(total)
+    records: list[dict] = []
+
+    def tick(rec):
+        bar.set_postfix_str(f"{rec['provider']} {rec['M']}x{rec['N']} {rec['dtype']} {rec['mode']}")
+        bar.update(1)
+
+    try:
+        for i, case in enumerate(cases):
+            records += run_case(case, providers, modes, device, timer, ceiling_gbps, seed + i, on_record=tick)
+    finally:
+        bar.close()
+    return records
+
+
+def cold_starts(records: list[dict]) -> dict[str, float]:
+    """First-call time of each provider in this process: the first record it ran without error."""
+    cold: dict[str, float] = {}
+    for rec in records:
+        if rec.get("first_call_s") is not None and rec["provider"] not in cold:
+            cold[rec["provider"]] = rec["first_call_s"]
+    return cold
+
+
+class _NoBar:
+    def update(self, n=1):
+        pass
+
+    def set_postfix_str(self, s):
+        pass
+
+    def close(self):
+        pass
+
+
+def _progress(total: int):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(total=total, desc="bench", unit="row", dynamic_ncols=True)

@@ -1,0 +1,591 @@
+"""The published summary: turns a reports/ folder into summary.md, summary.html and PNG plots.
+
+Works from the files alone (no GPU, no torch, no triton) and renders whatever is there, saying what is
+missing, so a crashed or partial run still produces a page a person can read first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dyt.bench import BANDWIDTH_ELEMENTS, SMALL_SHAPES, record_key
+
+MAX_SUMMARY_BYTES = 1024 * 1024  # GitHub's job summary limit
+MAX_FAILURES_SHOWN = 200
+MAX_NOTES_BYTES = 64 * 1024  # per failures-<session>.md
+PROVIDER_ORDER = ("dyt", "eager", "compile", "liger")
+MODE_ORDER = {"fwd": 0, "fwd_nograd": 1, "bwd": 2, "fwdbwd": 3}
+SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+# ----------------------------------------------------------------------------------------------- JUnit
+
+
+@dataclass
+class Failure:
+    session: str
+    suite: str
+    nodeid: str
+    kind: str  # failure or error
+    message: str
+    excerpt: str
+    reproduce: str
+    properties: dict[str, str]
+
+
+@dataclass
+class SuiteCounts:
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    time_s: float = 0.0
+
+
+@dataclass
+class JunitData:
+    counts: dict[tuple[str, str], SuiteCounts] = field(default_factory=dict)  # (session, suite)
+    failures: list[Failure] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+
+
+def suite_of(classname: str, name: str = "") -> str:
+    """Marker of a test: test_<suite>.py's <suite>, from the JUnit classname (or name, for collection)."""
+    for part in re.split(r"[./]", classname or name or ""):
+        if part.startswith("test_") and len(part) > 5:
+            return part[5:].removesuffix(".py")
+    return classname or "(unknown)"
+
+
+def nodeid_of(classname: str, name: str) -> str:
+    """pytest node id from JUnit's dotted classname (tests.test_x.TestC, t -> tests/test_x.py::TestC::t)."""
+    parts = (classname or "").split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("test_"):
+            path = "/".join(parts[: i + 1]) + ".py"
+            return "::".join([path, *parts[i + 1 :], name])
+    return f"{classname}::{name}" if classname else name
+
+
+def default_reproduce(session: str, nodeid: str) -> str:
+    """The command that reruns one test when the run did not record its own."""
+    if session in ("tests", "gpu_tests"):
+        return f"nox -s {session} -- '{nodeid}'"
+    return f"python -m pytest '{nodeid}'"
+
+
+def _properties(case) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for prop in case._elem.iter("property"):
+        if prop.get("name"):
+            props[prop.get("name")] = prop.get("value", "")
+    return props
+
+
+def _excerpt(text: str | None, lines: int = 15, chars: int = 2000) -> str:
+    tail = "\n".join((text or "").strip().splitlines()[-lines:])
+    return tail[-chars:]
+
+
+def load_junit(junit_dir: Path) -> JunitData:
+    """Counts per (session, suite) and every failure, from junit/*.xml; unreadable files are listed."""
+    from junitparser import Error, JUnitXml, Skipped, TestSuite
+    from junitparser import Failure as JFailure
+
+    data = JunitData()
+    for path in sorted(junit_dir.glob("*.xml")):
+        data.files.append(path)
+        session = path.stem
+        try:
+            xml = JUnitXml.fromfile(str(path))
+            suites = [xml] if isinstance(xml, TestSuite) else list(xml)
+            cases = [case for suite in suites for case in suite]
+        except Exception as exc:  # noqa: BLE001 - a half-written file must not hide the others
+            data.unreadable.append(f"{path.name}: {type(exc).__name__}: {exc}")
+            continue
+        for case in cases:
+            suite = suite_of(case.classname, case.name)
+            counts = data.counts.setdefault((session, suite), SuiteCounts())
+            counts.time_s += float(case.time or 0.0)
+            results = case.result
+            bad = next((r for r in results if isinstance(r, (JFailure, Error))), None)
+            if bad is None:
+                if any(isinstance(r, Skipped) for r in results):
+                    counts.skipped += 1
+                else:
+                    counts.passed += 1
+                continue
+            kind = "error" if isinstance(bad, Error) else "failure"
+            if kind == "error":
+                counts.errors += 1
+            else:
+                counts.failed += 1
+            props = _properties(case)
+            nodeid = nodeid_of(case.classname, case.name)
+            data.failures.append(
+                Failure(
+                    session=session,
+                    suite=suite,
+                    nodeid=nodeid,
+                    kind=kind,
+                    message=(bad.message or "").strip().splitlines()[0][:300] if bad.message else "",
+                    excerpt=_excerpt(bad.text),
+                    reproduce=props.get("reproduce") or default_reproduce(session, nodeid),
+                    properties=props,
+                )
+            )
+    return data
+
+
+# -------------------------------------------------------------------------------------------- perf data
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _timestamp(perf: dict, path: Path) -> float:
+    stamp = (perf.get("env") or {}).get("timestamp_utc")
+    try:
+        return datetime.datetime.fromisoformat(stamp).timestamp()
+    except (TypeError, ValueError):
+        return path.stat().st_mtime
+
+
+def newest_perf(perf_dir: Path) -> tuple[Path | None, dict | None, list[Path]]:
+    """The newest readable perf JSON (by its env timestamp, else mtime), and all candidates."""
+    candidates = sorted(perf_dir.glob("*.json"))
+    loaded = [(p, d) for p in candidates if isinstance(d := _read_json(p), dict) and "records" in d]
+    if not loaded:
+        return None, None, candidates
+    path, data = max(loaded, key=lambda pd: _timestamp(pd[1], pd[0]))
+    return path, data, candidates
+
+
+def _num(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _ok(rec: dict) -> bool:
+    return not rec.get("error") and _num(rec.get("median_ms")) is not None
+
+
+def _is_bandwidth(rec: dict) -> bool:
+    if "shape_set" in rec:
+        return rec["shape_set"] == "bandwidth"
+    return rec["M"] == BANDWIDTH_ELEMENTS // rec["N"]
+
+
+def _is_small(rec: dict) -> bool:
+    if "shape_set" in rec:
+        return rec["shape_set"] == "small"
+    return (rec["M"], rec["N"]) in SMALL_SHAPES
+
+
+def providers_in(records: list[dict]) -> list[str]:
+    seen = {r["provider"] for r in records}
+    return [p for p in PROVIDER_ORDER if p in seen] + sorted(seen - set(PROVIDER_ORDER))
+
+
+# ------------------------------------------------------------------------------------------------ plots
+
+
+def make_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
+    """Bandwidth against width (one per dtype x mode, ceiling drawn) and small-shape latency bars."""
+    if not perf or not perf.get("records"):
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    records = perf["records"]
+    providers = providers_in(records)
+    ceiling = _num(perf.get("ceiling_gbps"))
+    gpu = (perf.get("env") or {}).get("gpu_name") or "unknown GPU"
+    written: list[Path] = []
+
+    groups: dict[tuple, list[dict]] = {}
+    for rec in records:
+        if _is_bandwidth(rec) and _ok(rec) and _num(rec.get("gbps")) is not None:
+            groups.setdefault((rec["dtype"], rec.get("param_dtype") or rec["dtype"], rec["mode"]), []).append(
+                rec
+            )
+    for (dtype, pdt, mode), recs in sorted(groups.items()):
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for provider in providers:
+            pts = sorted((r["N"], r["gbps"]) for r in recs if r["provider"] == provider)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=provider)
+        if ceiling:
+            ax.axhline(
+                ceiling, color="black", linestyle="--", linewidth=1, label=f"copy ceiling {ceiling:.0f}"
+            )
+        ax.set_xscale("log", base=2)
+        widths = sorted({r["N"] for r in recs})
+        ax.set_xticks(widths, [str(w) for w in widths], rotation=45)
+        ax.set_xlabel("width C (rows x C = 2^26 elements)")
+        ax.set_ylabel("GB/s (minimal bytes)")
+        ax.set_ylim(bottom=0)
+        params = "" if pdt == dtype else f", params {_short(pdt)}"
+        ax.set_title(f"{gpu}: {_short(dtype)}{params} {mode}")
+        ax.legend(fontsize=8)
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        path = plot_dir / f"bandwidth-{_short(dtype)}{'' if pdt == dtype else '-p' + _short(pdt)}-{mode}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    small: dict[tuple, list[dict]] = {}
+    for rec in records:
+        if _is_small(rec) and _ok(rec):
+            small.setdefault((rec["dtype"], rec.get("param_dtype") or rec["dtype"]), []).append(rec)
+    for (dtype, pdt), recs in sorted(small.items()):
+        modes = sorted({r["mode"] for r in recs}, key=lambda m: (MODE_ORDER.get(m, 9), m))
+        shapes = sorted({(r["M"], r["N"]) for r in recs}, key=lambda s: s[0] * s[1])
+        fig, axes = plt.subplots(1, len(modes), figsize=(4.5 * len(modes), 4), squeeze=False)
+        width = 0.8 / max(1, len(providers))
+        for ax, mode in zip(axes[0], modes, strict=True):
+            for i, provider in enumerate(providers):
+                by_shape = {
+                    (r["M"], r["N"]): r["median_ms"]
+                    for r in recs
+                    if r["provider"] == provider and r["mode"] == mode
+                }
+                xs = [j + i * width for j, s in enumerate(shapes) if s in by_shape]
+                ys = [by_shape[s] * 1e3 for s in shapes if s in by_shape]
+                if xs:
+                    ax.bar(xs, ys, width=width, label=provider)
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(shapes))], [f"{m}x{n}" for m, n in shapes])
+            ax.tick_params(axis="x", labelrotation=30)
+            ax.set_ylabel("median latency (us)")
+            ax.set_title(f"{_short(dtype)} {mode}")
+            ax.grid(True, axis="y", alpha=0.3)
+        axes[0][0].legend(fontsize=8)
+        fig.tight_layout()
+        path = plot_dir / f"small-latency-{_short(dtype)}{'' if pdt == dtype else '-p' + _short(pdt)}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _short(dtype: str) -> str:
+    return SHORT_DTYPE.get(dtype, dtype)
+
+
+# --------------------------------------------------------------------------------------------- Markdown
+
+
+def _cell(value: Any) -> str:
+    """A table cell: pipes escaped, one line."""
+    return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").strip()
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _fmt(value, spec: str, none: str = "-") -> str:
+    num = _num(value)
+    if num is None:
+        return none if value in (None, "") else str(value)
+    return format(num, spec)
+
+
+def tests_section(junit: JunitData) -> list[str]:
+    out = ["## Tests", ""]
+    if not junit.files:
+        return out + ["no JUnit results (junit/*.xml not found)", ""]
+    rows = []
+    total = SuiteCounts()
+    for (session, suite), c in sorted(junit.counts.items()):
+        status = "FAIL" if c.failed or c.errors else ("pass" if c.passed else "skip")
+        rows.append([session, suite, status, c.passed, c.failed, c.errors, c.skipped, f"{c.time_s:.1f}"])
+        for name in ("passed", "failed", "errors", "skipped", "time_s"):
+            setattr(total, name, getattr(total, name) + getattr(c, name))
+    rows.append(
+        ["**all**", "", "", total.passed, total.failed, total.errors, total.skipped, f"{total.time_s:.1f}"]
+    )
+    out += _table(["session", "suite", "status", "passed", "failed", "errors", "skipped", "time (s)"], rows)
+    out.append("")
+    for note in junit.unreadable:
+        out.append(f"- unreadable JUnit file: {_cell(note)}")
+    return out + [""]
+
+
+def failures_section(junit: JunitData, notes: list[tuple[Path, str]]) -> list[str]:
+    out = ["## Failures", ""]
+    if not junit.failures and not notes:
+        return out + ["no failures recorded", ""]
+    for f in junit.failures[:MAX_FAILURES_SHOWN]:
+        extra = ", ".join(f"{k} {f.properties[k]}" for k in ("device", "worker", "seed") if k in f.properties)
+        out.append(f"### {f.kind}: `{f.nodeid}`")
+        out.append("")
+        out.append(f"session {f.session}, suite {f.suite}" + (f", {extra}" if extra else ""))
+        out.append("")
+        if f.message:
+            out.append(f"> {_cell(f.message)}")
+            out.append("")
+        out += ["Reproduce:", "", "```", f.reproduce, "```", ""]
+        if f.excerpt:
+            out += [
+                "<details><summary>traceback (tail)</summary>",
+                "",
+                "```",
+                f.excerpt,
+                "```",
+                "",
+                "</details>",
+                "",
+            ]
+    hidden = len(junit.failures) - MAX_FAILURES_SHOWN
+    if hidden > 0:
+        out += [f"... and {hidden} more failures (see the JUnit files)", ""]
+    for path, text in notes:
+        out += [f"### From {path.name}", ""]
+        body = text if len(text) <= MAX_NOTES_BYTES else text[:MAX_NOTES_BYTES] + "\n\n... (truncated)"
+        out += [re.sub(r"^(#{1,4}) ", r"###\1 ", line) for line in body.splitlines()]
+        out.append("")
+    return out
+
+
+def env_section(env: dict | None) -> list[str]:
+    out = ["## Environment", ""]
+    if not env:
+        return out + ["no environment manifest (env.json not found)", ""]
+    rows = []
+    for key in sorted(env):
+        value = env[key]
+        rows.append([key, json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value])
+    return out + _table(["field", "value"], rows) + [""]
+
+
+def perf_section(path: Path | None, perf: dict | None, others: list[Path], plots: list[Path], base: Path):
+    out = ["## Performance", ""]
+    if perf is None:
+        found = f" ({len(others)} unreadable files)" if others else ""
+        return out + [f"no perf data (perf/*.json not found{found})", ""]
+    env = perf.get("env") or {}
+    records = perf.get("records") or []
+    ceiling = _num(perf.get("ceiling_gbps"))
+    out.append(
+        f"From `{path.name}`: {env.get('gpu_name') or 'unknown GPU'}, git {str(env.get('git_sha'))[:12]}, "
+        f"torch {env.get('torch')}, triton {env.get('triton')}, {env.get('timestamp_utc') or ''}."
+    )
+    out.append("")
+    out.append(f"Copy ceiling (device-to-device, bytes read + written): **{_fmt(ceiling, '.0f')} GB/s**.")
+    cold = perf.get("cold_start_s") or {}
+    if cold:
+        out.append(
+            "First call (cold): " + ", ".join(f"{k} {_fmt(v, '.2f')} s" for k, v in cold.items()) + "."
+        )
+    if len(others) > 1:
+        out.append(f"({len(others)} perf files in perf/; the newest is shown.)")
+    out.append("")
+    if not records:
+        return out + ["the perf file holds no records", ""]
+    providers = providers_in(records)
+    by_key: dict[tuple, dict[str, dict]] = {}
+    sets: dict[tuple, str] = {}
+    for rec in records:
+        key = record_key(rec)
+        by_key.setdefault(key, {})[rec["provider"]] = rec
+        sets.setdefault(key, rec.get("shape_set", ""))
+    header = ["set", "shape", "x", "params", "mode"]
+    for p in providers:
+        header += [f"{p} ms", f"{p} GB/s"]
+    header += ["dyt / ceiling", "dyt speedup vs best peer", "dyt rel err"]
+    rows = []
+    set_order = {"bandwidth": 0, "small": 1, "model": 2, "mixed": 3}
+    ordered = sorted(
+        by_key,
+        key=lambda k: (set_order.get(sets[k], 9), k[2], k[3], MODE_ORDER.get(k[4], 9), k[1], k[0]),
+    )
+    for key in ordered:
+        m, n, dtype, pdt, mode = key
+        row: list[Any] = [sets[key], f"{m}x{n}", _short(dtype), _short(pdt), mode]
+        for p in providers:
+            rec = by_key[key].get(p)
+            if rec is None:
+                row += ["", ""]
+            elif rec.get("error"):
+                row += [f"error: {_clip(rec['error'], 48)}", "-"]
+            else:
+                row += [_fmt(rec.get("median_ms"), ".4g"), _fmt(rec.get("gbps"), ".0f")]
+        ours = by_key[key].get("dyt") or {}
+        row += [
+            _fmt(ours.get("ratio_to_ceiling"), ".3f"),
+            _fmt(ours.get("speedup_vs_best_peer"), ".2f")
+            + ("x" if _num(ours.get("speedup_vs_best_peer")) else ""),
+            _fmt((ours.get("err") or {}).get("max"), ".1e"),
+        ]
+        rows.append(row)
+    out += _table(header, rows) + [""]
+    out += accuracy_table(records)
+    out += errors_list(records)
+    if plots:
+        out += ["### Plots", ""]
+        for plot in plots:
+            rel = plot.relative_to(base).as_posix() if plot.is_relative_to(base) else plot.as_posix()
+            out += [f"![{plot.stem}]({rel})", ""]
+    return out
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def accuracy_table(records: list[dict]) -> list[str]:
+    """Worst relative L2 error against float64 per provider and dtypes, over every shape."""
+    names = ("y", "dx", "dalpha", "dgamma", "dbeta")
+    worst: dict[tuple, dict[str, float]] = {}
+    for rec in records:
+        errs = rec.get("err") or {}
+        slot = worst.setdefault((rec["provider"], rec["dtype"], rec.get("param_dtype") or rec["dtype"]), {})
+        for name in names:
+            value = errs.get(name)
+            if value in ("nan", "inf", "-inf") or (isinstance(value, float) and math.isnan(value)):
+                slot[name] = math.inf
+            elif _num(value) is not None:
+                slot[name] = max(slot.get(name, 0.0), float(value))
+    rows = []
+    for (provider, dtype, pdt), slot in sorted(
+        worst.items(), key=lambda kv: (_provider_rank(kv[0][0]), kv[0])
+    ):
+        if slot:
+            rows.append([provider, _short(dtype), _short(pdt)] + [_fmt_err(slot.get(n)) for n in names])
+    if not rows:
+        return []
+    header = ["provider", "x", "params"] + [f"max rel L2 {n}" for n in names]
+    return (
+        ["### Accuracy (relative L2 error against float64, worst over shapes)", ""]
+        + _table(header, rows)
+        + [""]
+    )
+
+
+def _fmt_err(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "NaN/inf" if math.isinf(value) else f"{value:.1e}"
+
+
+def _provider_rank(provider: str) -> int:
+    return PROVIDER_ORDER.index(provider) if provider in PROVIDER_ORDER else len(PROVIDER_ORDER)
+
+
+def errors_list(records: list[dict]) -> list[str]:
+    """Each distinct failure message once, with the rows it hit: the table only has room for a clip."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for rec in records:
+        if rec.get("error"):
+            seen.setdefault((rec["provider"], str(rec["error"])), []).append(
+                f"{rec['M']}x{rec['N']} {_short(rec['dtype'])} {rec['mode']}"
+            )
+    if not seen:
+        return []
+    out = ["### Failed rows", ""]
+    for (provider, error), rows in sorted(seen.items(), key=lambda kv: (_provider_rank(kv[0][0]), kv[0])):
+        sample = ", ".join(rows[:6]) + (f", ... ({len(rows)} rows)" if len(rows) > 6 else "")
+        quoted = error.replace("`", "'")
+        out.append(f"- **{provider}**: `{quoted}` ({sample})")
+    return out + [""]
+
+
+# --------------------------------------------------------------------------------------------- render
+
+
+def compose(reports: Path) -> tuple[str, list[Path]]:
+    """The summary's Markdown and the plots written for it."""
+    junit = load_junit(reports / "junit")
+    notes = []
+    for path in sorted(reports.glob("failures-*.md")):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        if re.search(r"^## ", text, re.M):  # a session without failures writes only its header
+            notes.append((path, text))
+    env = _read_json(reports / "env.json")
+    perf_path, perf, perf_files = newest_perf(reports / "perf")
+    plots = make_plots(perf, reports / "plots")
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    sha = (env or {}).get("git_sha") or ((perf or {}).get("env") or {}).get("git_sha") or "unknown"
+    lines = ["# DyT report", "", f"Generated {now} from `{reports}` (git {str(sha)[:12]}).", ""]
+    lines += tests_section(junit)
+    lines += failures_section(junit, notes)
+    lines += env_section(env if isinstance(env, dict) else None)
+    lines += perf_section(perf_path, perf, perf_files, plots, reports)
+    return _cap("\n".join(lines) + "\n", MAX_SUMMARY_BYTES), plots
+
+
+def _cap(text: str, limit: int) -> str:
+    """Cut at a line boundary so the summary stays under limit bytes (GitHub drops larger summaries)."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    note = "\n\n... (summary truncated to stay under 1 MiB; the full data is in the JUnit and perf files)\n"
+    cut = data[: limit - len(note.encode()) - 16].decode(errors="ignore")
+    return cut[: cut.rfind("\n")] + note
+
+
+_HTML = """<!doctype html>
+<html><head><meta charset="utf-8"><title>DyT report</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 1400px; margin: 2em auto; padding: 0 1em; }}
+table {{ border-collapse: collapse; font-size: 13px; }}
+th, td {{ border: 1px solid #ccc; padding: 2px 6px; text-align: right; }}
+th {{ background: #f3f3f3; }}
+code, pre {{ background: #f6f8fa; }}
+pre {{ padding: 6px; overflow-x: auto; }}
+img {{ max-width: 100%; }}
+</style></head><body>
+{body}
+</body></html>
+"""
+
+
+def render(reports: str | Path) -> Path:
+    """Writes summary.md, summary.html and plots/ into the reports folder; returns summary.md's path."""
+    import markdown
+
+    reports = Path(reports)
+    reports.mkdir(parents=True, exist_ok=True)
+    text, _ = compose(reports)
+    md_path = reports / "summary.md"
+    md_path.write_text(text)
+    body = markdown.markdown(text, extensions=["tables", "fenced_code"])
+    (reports / "summary.html").write_text(_HTML.format(body=body))
+    return md_path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reports", default="reports", help="the reports folder (default reports)")
+
+
+def main(args: argparse.Namespace) -> int:
+    path = render(args.reports)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit("run through the CLI: python -m dyt report")
