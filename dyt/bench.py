@@ -7,7 +7,8 @@ files alone and must run where neither is installed.
 
 Record fields: provider, M, N, dtype (x), param_dtype, mode, shape_set, median_ms, gbps (minimal bytes),
 ratio_to_ceiling, speedup_vs_best_peer (fastest other provider's ms / this ms), first_call_s (the
-provider's first forward on the case's inputs: JIT or torch.compile time included),
+provider's first forward on the case's inputs: JIT or torch.compile time included), y_dtype (what the
+provider returned: eager and compile promote y to float32 in the mixed set),
 error (None, or why the record failed), err (relative L2 errors against float64: y, dx, dalpha, dgamma,
 dbeta, and max over those the mode exercises).
 """
@@ -258,8 +259,10 @@ def _leaves(inputs):
 def measure_errors(fn, inputs, ref, device) -> tuple[dict[str, float], float]:
     """Relative L2 errors of y and of every gradient from one forward and backward, and the cold time.
 
-    This is the provider's first call on the case, so its forward time (JIT or torch.compile included)
-    is the first-call time.
+    Also y's dtype: in the mixed set plain PyTorch promotes y to float32, a different contract from ours.
+
+        This is the provider's first call on the case, so its forward time (JIT or torch.compile included)
+        is the first-call time.
     """
     leaves = _leaves(inputs)
     start = time.perf_counter()
@@ -269,9 +272,10 @@ def measure_errors(fn, inputs, ref, device) -> tuple[dict[str, float], float]:
     y.backward(inputs["dy"])
     got = {"y": y, "dx": leaves[0].grad, "dalpha": leaves[1].grad, "dgamma": leaves[2].grad}
     got["dbeta"] = leaves[3].grad
-    errs = {}
+    errs: dict[str, Any] = {}
     for name, tensor in got.items():
         errs[name] = float("nan") if tensor is None else rel_l2(tensor, ref[name])
+    errs["y_dtype"] = str(y.dtype).removeprefix("torch.")
     return errs, first_call_s
 
 
@@ -377,6 +381,7 @@ def run_case(
         for mode in modes:
             rec = _record(provider, case, mode)
             rec["first_call_s"] = cold
+            rec["y_dtype"] = errs.get("y_dtype")
             if provider_error is not None:
                 rec["error"] = provider_error
             else:

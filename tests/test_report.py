@@ -323,6 +323,7 @@ def test_harness_records_on_cpu():
         assert set(rec["err"]) == {*bench.MODE_ERRORS[mode], "max"}
         assert 0 < rec["err"]["max"] < 2e-2  # bf16 storage, float64 truth
         assert rec["speedup_vs_best_peer"] is None  # its only peer failed
+        assert rec["y_dtype"] == "float32"  # plain PyTorch promotes y with float32 parameters
     assert eager["fwdbwd"]["err"]["dgamma"] < 2e-2
     for rec in (r for r in records if r["provider"] == "liger"):
         assert rec["error"] == "unavailable: ImportError: No module named 'liger_kernel'"
