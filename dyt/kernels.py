@@ -19,8 +19,8 @@ TANH_LIBDEVICE = 1  # CUDA's libdevice tanhf; has no implementation in Triton's 
 TANH_HW_APPROX = 2  # PTX tanh.approx.f32 (relative error ~2^-11): explicit opt-in, GPU only
 
 # Below this |z| the polynomial is used; at and above it, 1 - 2 / (exp(2|z|) + 1).
-_POLY_LIMIT = 0.6
-_TWO_LOG2E = 2.8853900817779268  # 2 / ln(2): exp(2a) = exp2(2a / ln 2)
+_POLY_LIMIT = tl.constexpr(0.6)
+_TWO_LOG2E = tl.constexpr(2.8853900817779268)  # 2 / ln(2): exp(2a) = exp2(2a / ln 2)
 
 
 @triton.jit
@@ -126,7 +126,9 @@ def dyt_bwd_kernel(
 
         t, sech2 = _tanh_sech2(alpha * x, TANH)
         dz = (dy * gamma[None, :]) * sech2
-        tl.store(DX + rows[:, None] * stride_dxm + cols[None, :], (dz * alpha).to(DX.dtype.element_ty), mask=mask)
+        tl.store(
+            DX + rows[:, None] * stride_dxm + cols[None, :], (dz * alpha).to(DX.dtype.element_ty), mask=mask
+        )
 
         # Masked after the arithmetic: padding lanes hold x = 0, and alpha * 0 is NaN when alpha is inf.
         acc_dgamma += tl.where(mask, dy * t, 0.0)

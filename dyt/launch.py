@@ -122,7 +122,7 @@ def dtype_bucket(itemsize: int) -> str:
     return "fp32" if itemsize >= 4 else "16bit"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_table(arch: str) -> dict:
     """The committed table for an architecture ('sm90', ...), else the default one."""
     path = TABLES / f"{arch}.json"

@@ -21,7 +21,7 @@ def interpreter_active() -> bool:
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _device_facts(index: int) -> tuple[str, int]:
     props = torch.cuda.get_device_properties(index)
     return f"sm{props.major}{props.minor}", props.multi_processor_count

@@ -34,7 +34,9 @@ class DyT(nn.Module):
         if self.channels_last:
             return dyt(x, self.alpha, self.weight, self.bias)
         if x.dim() < 2:
-            raise ValueError(f"DyT(channels_last=False) expects (N, C, ...) input, got shape {tuple(x.shape)}")
+            raise ValueError(
+                f"DyT(channels_last=False) expects (N, C, ...) input, got shape {tuple(x.shape)}"
+            )
         y = dyt(x.movedim(1, -1), self.alpha, self.weight, self.bias)
         return y.movedim(-1, 1)
 

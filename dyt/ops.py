@@ -47,9 +47,13 @@ def validate(x, alpha, gamma, beta) -> None:
     if alpha.numel() != 1:
         raise ValueError(f"dyt: alpha must have exactly one element, got shape {tuple(alpha.shape)}")
     if tuple(gamma.shape) != (C,):
-        raise ValueError(f"dyt: gamma must have shape ({C},) to match x's last dimension, got {tuple(gamma.shape)}")
+        raise ValueError(
+            f"dyt: gamma must have shape ({C},) to match x's last dimension, got {tuple(gamma.shape)}"
+        )
     if beta is not None and tuple(beta.shape) != (C,):
-        raise ValueError(f"dyt: beta must have shape ({C},) to match x's last dimension, got {tuple(beta.shape)}")
+        raise ValueError(
+            f"dyt: beta must have shape ({C},) to match x's last dimension, got {tuple(beta.shape)}"
+        )
     devices = {name: t.device for name, t in named}
     if len(set(devices.values())) > 1:
         listing = ", ".join(f"{n} on {d}" for n, d in devices.items())
@@ -68,13 +72,17 @@ def _as_rows(t: torch.Tensor) -> torch.Tensor:
 def _use_triton(x: torch.Tensor) -> bool:
     if x.is_cuda:
         if launcher is None:
-            raise RuntimeError(f"dyt: CUDA tensors need Triton, which failed to import: {_TRITON_IMPORT_ERROR}")
+            raise RuntimeError(
+                f"dyt: CUDA tensors need Triton, which failed to import: {_TRITON_IMPORT_ERROR}"
+            )
         return True
     return launcher is not None and launcher.interpreter_active()
 
 
 @torch.library.custom_op("dyt::forward", mutates_args=())
-def _forward_op(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
+def _forward_op(
+    x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None
+) -> torch.Tensor:
     validate(x, alpha, gamma, beta)
     x2d = _as_rows(x)
     impl = launcher if _use_triton(x) else torch_path
@@ -100,7 +108,14 @@ def _backward_op(
     impl = launcher if _use_triton(x) else torch_path
     dbeta_dtype = gamma.dtype if beta is None else beta.dtype
     dx, dalpha, dgamma, dbeta = impl.backward(
-        dy2d, x2d, alpha.reshape(1).contiguous(), gamma.contiguous(), x.dtype, alpha.dtype, gamma.dtype, dbeta_dtype
+        dy2d,
+        x2d,
+        alpha.reshape(1).contiguous(),
+        gamma.contiguous(),
+        x.dtype,
+        alpha.dtype,
+        gamma.dtype,
+        dbeta_dtype,
     )
     return dx.reshape(x.shape), dalpha, dgamma, dbeta
 
@@ -134,7 +149,9 @@ def _backward(ctx, dy):
 torch.library.register_autograd("dyt::forward", _backward, setup_context=_setup_context)
 
 
-def dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None = None) -> torch.Tensor:
+def dyt(
+    x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None = None
+) -> torch.Tensor:
     """y = gamma * tanh(alpha * x) + beta over the last dimension of x; differentiable in all four.
 
     x: (..., C) float32/bfloat16/float16, any strides. alpha: one element. gamma, beta: (C,); beta may be

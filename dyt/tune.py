@@ -71,18 +71,23 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
                 rows = 2**26 // width
                 if time.time() - start > budget_s:
                     print(f"budget spent: {mode} {bucket} width<={max_width} keeps its current entry")
-                    entries.append(launch.table_entry(table, mode, 2 if bucket == "16bit" else 4, width)
-                                   | {"max_width": max_width})  # fmt: skip
+                    entries.append(
+                        launch.table_entry(table, mode, 2 if bucket == "16bit" else 4, width)
+                        | {"max_width": max_width}
+                    )
                     continue
                 x = torch.randn(rows, width, device="cuda", dtype=dtype)
                 dy = torch.randn_like(x)
                 alpha = torch.full((1,), 0.5, device="cuda", dtype=dtype)
                 gamma = torch.randn(width, device="cuda", dtype=dtype)
                 beta = torch.randn(width, device="cuda", dtype=dtype)
-                timed = [(_time(mode, c, bucket, x, dy, alpha, gamma, beta), c) for c in candidates(mode, width)]
+                timed = [
+                    (_time(mode, c, bucket, x, dy, alpha, gamma, beta), c) for c in candidates(mode, width)
+                ]
                 ms, best = min(timed, key=lambda t: t[0])
                 moved = (2 if mode == "fwd" else 3) * x.numel() * x.element_size()
-                print(f"{mode} {bucket} width<={max_width}: {ms * 1e3:.1f} us {moved / ms / 1e6:.0f} GB/s {best}")
+                gbps = moved / ms / 1e6
+                print(f"{mode} {bucket} width<={max_width}: {ms * 1e3:.1f} us {gbps:.0f} GB/s {best}")
                 entries.append({**best, "max_width": max_width, "median_us": round(ms * 1e3, 2)})
                 del x, dy
             table[mode][bucket] = entries

@@ -60,8 +60,10 @@ def pytest_configure(config):
 def _device_label() -> str:
     if torch.cuda.is_available():
         idx = torch.cuda.current_device()
-        return (f"cuda:{idx} {torch.cuda.get_device_name(idx)} "
-                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'all')})")  # fmt: skip
+        return (
+            f"cuda:{idx} {torch.cuda.get_device_name(idx)} "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'all')})"
+        )
     return "cpu (Triton interpreter)" if os.environ.get("TRITON_INTERPRET") == "1" else "cpu (plain PyTorch)"
 
 
@@ -75,8 +77,13 @@ def pytest_sessionstart(session):
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
-    props = {"session": SESSION, "seed": os.environ["DYT_SEED"], "torch": torch.__version__,
-             "triton": str(triton_version), "interpreter": os.environ.get("TRITON_INTERPRET", "0")}  # fmt: skip
+    props = {
+        "session": SESSION,
+        "seed": os.environ["DYT_SEED"],
+        "torch": torch.__version__,
+        "triton": str(triton_version),
+        "interpreter": os.environ.get("TRITON_INTERPRET", "0"),
+    }
     if xml is not None:
         for k, v in props.items():
             xml.add_global_property(k, v)

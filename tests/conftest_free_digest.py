@@ -13,10 +13,9 @@ if not torch.cuda.is_available():
 
 
 def main(path: str, seed: int) -> str:
+    from helpers import run
     from paths import path_context
     from test_determinism import _case, digest
-
-    from helpers import run
 
     with path_context(path):
         return digest(run(_case(path, seed)))

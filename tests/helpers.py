@@ -10,6 +10,7 @@ import torch
 
 import dyt
 from dyt import launch, launcher, reference
+
 from tolerances import assert_close
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -77,7 +78,9 @@ def check_against_reference(inp: Inputs, outs, label: str = "") -> None:
     b64 = None if inp.beta is None else inp.beta.detach().double()
     dy64 = inp.dy.double()
     y_ref = reference.dyt_forward_reference(inp.x, inp.alpha, inp.gamma, inp.beta)
-    dx_ref, da_ref, dg_ref, db_ref = reference.dyt_backward_reference(inp.dy, inp.x, inp.alpha, inp.gamma, inp.beta)
+    dx_ref, da_ref, dg_ref, db_ref = reference.dyt_backward_reference(
+        inp.dy, inp.x, inp.alpha, inp.gamma, inp.beta
+    )
     t = torch.tanh(a64 * x64)
     lead = tuple(range(x64.dim() - 1))
     y_scale = (g64 * t).abs() + (b64.abs() if b64 is not None else 0.0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 
 from dyt import launch
+
 from helpers import plans_for
 
 # name -> (width, force int64 offsets)
@@ -29,7 +30,11 @@ def assert_path(name: str, shape, dtype) -> None:
     with path_context(name):
         fwd, bwd = plans_for(shape, dtype)
     expected = "row_tiled" if name == "int64" else name
-    assert fwd.path == bwd.path == expected, f"{shape} {dtype}: paths {fwd.path}/{bwd.path}, expected {expected}"
-    assert fwd.int64 == bwd.int64 == (name == "int64"), f"{shape}: int64 {fwd.int64}/{bwd.int64} for path {name}"
+    assert fwd.path == bwd.path == expected, (
+        f"{shape} {dtype}: paths {fwd.path}/{bwd.path}, expected {expected}"
+    )
+    assert fwd.int64 == bwd.int64 == (name == "int64"), (
+        f"{shape}: int64 {fwd.int64}/{bwd.int64} for path {name}"
+    )
     if name == "row_tiled":
         assert fwd.BLOCK_M > 1 and bwd.BLOCK_M > 1, f"narrow rows must stack rows per tile: {fwd} {bwd}"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pathlib
 import subprocess
 import sys
-import pathlib
 
 import pytest
 import torch
@@ -51,13 +51,12 @@ def test_bitwise_across_processes(path, seed):
         here = digest(run(_case(path, seed)))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent), env.get("PYTHONPATH", "")])
-    code = (
-        "import json, sys, conftest_free_digest as d; "
-        f"print(json.dumps(d.main({path!r}, {seed})))"
-    )
+    code = f"import json, sys, conftest_free_digest as d; print(json.dumps(d.main({path!r}, {seed})))"
     digests = []
     for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         digests.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert digests[0] == digests[1] == here
@@ -70,7 +69,9 @@ def test_batch_invariance(path, seed):
     with path_context(path):
         y, dx, *_ = run(inp)
         for lo, hi in [(0, 1), (5, 6), (3, 40), (17, inp.x.shape[0])]:
-            part = make_inputs(tuple(inp.x[lo:hi].shape), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+            part = make_inputs(
+                tuple(inp.x[lo:hi].shape), torch.bfloat16, seed=seed, param_dtype=torch.float32
+            )
             part.x = inp.x.detach()[lo:hi].clone().requires_grad_()
             part.dy = inp.dy[lo:hi].clone()
             part.alpha, part.gamma, part.beta = (inp.alpha.detach().clone().requires_grad_(),

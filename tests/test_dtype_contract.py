@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import dyt
+
 from helpers import DTYPES, check_against_reference, device, make_inputs, run
 from paths import PATHS, assert_path, path_context
 from tolerances import REL_L2

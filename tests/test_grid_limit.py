@@ -8,6 +8,7 @@ import torch
 
 import dyt
 from dyt import launch, launcher, reference
+
 from helpers import check_against_reference, device, make_inputs, run
 from paths import PATHS, assert_path, path_context
 from tolerances import assert_close
@@ -15,9 +16,12 @@ from tolerances import assert_close
 pytestmark = pytest.mark.grid_limit
 
 GRID_Y_LIMIT = 65_535
-SHAPE_CLASSES = [(rows, width) for width in (1, 2, 64, 100, 256, 768, 4096, 5000, 16384, 65536, 2**20)
-                 for rows in (1, 2, 65_535, 65_536, 70_000, 2**20, 2**24, 2**31 // width + 1)
-                 if rows * width <= 2**36]  # up to 128 GiB of bf16: more than a GPU holds  # fmt: skip
+SHAPE_CLASSES = [
+    (rows, width)
+    for width in (1, 2, 64, 100, 256, 768, 4096, 5000, 16384, 65536, 2**20)
+    for rows in (1, 2, 65_535, 65_536, 70_000, 2**20, 2**24, 2**31 // width + 1)
+    if rows * width <= 2**36
+]  # up to 128 GiB of bf16: more than a GPU holds
 
 
 def _plans(rows, width, itemsize):
@@ -117,15 +121,22 @@ def test_more_than_two_to_the_31_elements(seed):
     sub.alpha, sub.gamma, sub.beta = alpha, gamma, beta
     y_ref = reference.dyt_forward_reference(sub.x, alpha, gamma, beta)
     dx_ref = reference.dyt_backward_reference(sub.dy, sub.x, alpha, gamma, beta)[0]
-    assert_close("y[sampled rows]", y.detach()[rows], y_ref, kind="out", storage=torch.bfloat16,
-                 scale=(gamma.double() * torch.tanh(0.7 * sub.x.double())).abs() + beta.double().abs())  # fmt: skip
+    assert_close(
+        "y[sampled rows]",
+        y.detach()[rows],
+        y_ref,
+        kind="out",
+        storage=torch.bfloat16,
+        scale=(gamma.double() * torch.tanh(0.7 * sub.x.double())).abs() + beta.double().abs(),
+    )
     assert_close("dx[sampled rows]", x.grad[rows], dx_ref, kind="out", storage=torch.bfloat16)
     dgamma = torch.zeros(N, dtype=torch.float64, device=dev)
     dbeta = torch.zeros(N, dtype=torch.float64, device=dev)
     dalpha = torch.zeros((), dtype=torch.float64, device=dev)
     for lo in range(0, M, 8192):
-        dx_c, da_c, dg_c, db_c = reference.dyt_backward_reference(dy[lo : lo + 8192], x.detach()[lo : lo + 8192],
-                                                                  alpha, gamma, beta)  # fmt: skip
+        dx_c, da_c, dg_c, db_c = reference.dyt_backward_reference(
+            dy[lo : lo + 8192], x.detach()[lo : lo + 8192], alpha, gamma, beta
+        )
         dalpha += da_c.reshape(())
         dgamma += dg_c
         dbeta += db_c

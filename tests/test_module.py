@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 import dyt
+
 from helpers import check_against_reference, device, make_inputs, on_gpu, run
 
 pytestmark = pytest.mark.module
@@ -117,7 +118,7 @@ def test_torch_compile_fullgraph_small_model(seed):
     y_e = model(x)
     y_e.square().mean().backward()
     assert torch.allclose(y_c, y_e, rtol=1e-5, atol=1e-5)
-    for gc, p in zip(grads_c, model.parameters()):
+    for gc, p in zip(grads_c, model.parameters(), strict=True):
         assert torch.allclose(gc, p.grad, rtol=1e-4, atol=1e-6)
 
 

@@ -34,7 +34,9 @@ def test_nonfinite_alpha_with_padding(path, alpha, dtype, seed):
     width = PATHS[path][0]
     rows = _padded_rows(path, dtype)
     assert_path(path, (rows, width), dtype)
-    inp = make_inputs((rows, width), dtype, seed=seed, alpha=NONFINITE_ALPHA[alpha], param_dtype=torch.float32)
+    inp = make_inputs(
+        (rows, width), dtype, seed=seed, alpha=NONFINITE_ALPHA[alpha], param_dtype=torch.float32
+    )
     with path_context(path):
         outs = run(inp)
     if alpha != "nan":
@@ -46,7 +48,9 @@ def test_nonfinite_alpha_with_padding(path, alpha, dtype, seed):
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"]
+)
 def test_nonfinite_x(path, dtype, seed):
     """NaN, +inf and -inf inside x: NaN only where the reference has NaN, everything else exact."""
     width = PATHS[path][0]
@@ -55,7 +59,9 @@ def test_nonfinite_x(path, dtype, seed):
     x = inp.x.detach().clone()
     gen = torch.Generator().manual_seed(seed)
     flat = torch.randperm(x.numel(), generator=gen)[:6].tolist()
-    for value, where in zip([math.nan, math.nan, math.inf, -math.inf, math.inf, -math.inf], flat):
+    for value, where in zip(
+        [math.nan, math.nan, math.inf, -math.inf, math.inf, -math.inf], flat, strict=True
+    ):
         x.view(-1)[where] = value
     inp.x = x.requires_grad_()
     with path_context(path):

@@ -8,6 +8,7 @@ import torch
 
 import dyt
 from dyt import torch_path
+
 from helpers import DTYPES, check_against_reference, device, make_inputs, on_gpu, plans_for, run
 from paths import PATHS, assert_path, path_context
 
@@ -125,7 +126,9 @@ def test_torch_compile_fullgraph(seed):
 @pytest.mark.parametrize("width", [1, 100, 5000])
 def test_plain_pytorch_path(width, dtype, seed):
     """The path CPU tensors take without the interpreter: same contract, called directly."""
-    inp = make_inputs((37, width), DTYPES[dtype], seed=seed, param_dtype=torch.float32, dev=torch.device("cpu"))
+    inp = make_inputs(
+        (37, width), DTYPES[dtype], seed=seed, param_dtype=torch.float32, dev=torch.device("cpu")
+    )
     x2d, dy2d = inp.x.detach(), inp.dy
     a, g, b = inp.alpha.detach(), inp.gamma.detach(), inp.beta.detach()
     y = torch_path.forward(x2d, a, g, b, x2d.dtype)

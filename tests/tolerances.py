@@ -50,7 +50,9 @@ def assert_close(name: str, got: torch.Tensor, ref: torch.Tensor, *, kind: str, 
     term of each element's expression (defaults to |ref|), used by the 16-bit rule only.
     """
     assert got.dtype == storage, f"{name}: dtype {got.dtype}, expected {storage}"
-    assert tuple(got.shape) == tuple(ref.shape), f"{name}: shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
+    assert tuple(got.shape) == tuple(ref.shape), (
+        f"{name}: shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
+    )
     assert_same_nonfinite(name, got, ref)
     got64 = got.detach().to(torch.float64).cpu()
     ref = ref.cpu()

@@ -1,0 +1,140 @@
+"""kernels_build: every kernel compiles for Hopper (sm_90) on any machine, with 16-byte global accesses.
+
+The interpreter accepts code that the compiler rejects (e.g. a non-constexpr global read inside a kernel),
+so CPU CI also runs Triton's real front end and back end down to PTX and a cubin, which needs no GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+triton = pytest.importorskip("triton")
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+pytestmark = pytest.mark.kernels_build
+
+ATOMIC = re.compile(r"\s(atom|red)(\.\w+)*\.(global|shared)")
+HOPPER = GPUTarget("cuda", 90, 32)
+ALIGNED = [["tt.divisibility", 16]]
+
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def test_compile_checks_in_a_compiler_process(tmp_path):
+    """Triton decorates even its own library as interpreted once TRITON_INTERPRET=1 is read, so in an
+    interpreter process the checks below run in a child process with the interpreter off."""
+    if not INTERPRETED:
+        pytest.skip("the compile checks run directly in this process (interpreter off)")
+    root = pathlib.Path(__file__).parents[1]
+    env = {**os.environ, "TRITON_INTERPRET": "0", "DYT_REPORTS": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        __file__,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        "-p",
+        "no:xdist",
+    ]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=root)
+    assert out.returncode == 0 and " passed" in out.stdout, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "skipped" not in out.stdout.splitlines()[-1] or "1 skipped" in out.stdout.splitlines()[-1]
+
+
+from dyt import kernels  # noqa: E402
+
+needs_compiler = pytest.mark.skipif(INTERPRETED, reason="runs in the child process of the test above")
+
+
+def _compile(fn, signature, constexprs, aligned, num_warps=4):
+    names = list(signature)
+    attrs = {(names.index(n),): ALIGNED for n in aligned}
+    src = ASTSource(
+        fn, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs=constexprs, attrs=attrs
+    )
+    return triton.compile(src, target=HOPPER, options={"num_warps": num_warps})
+
+
+def _fwd_signature(dt):
+    return {"X": f"*{dt}", "Y": f"*{dt}", "ALPHA": "*fp32", "GAMMA": "*fp32", "BETA": "*fp32",
+            "M": "i32", "N": "i32", "stride_xm": "i32", "stride_ym": "i32",
+            "n_col_blocks": "i32"}  # fmt: skip
+
+
+def _bwd_signature(dt):
+    return {"X": f"*{dt}", "DY": f"*{dt}", "DX": f"*{dt}", "ALPHA": "*fp32", "GAMMA": "*fp32",
+            "PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp32", "M": "i32", "N": "i32",
+            "stride_xm": "i32", "stride_dym": "i32", "stride_dxm": "i32", "n_col_blocks": "i32",
+            "tiles_per_program": "i32"}  # fmt: skip
+
+
+@needs_compiler
+@pytest.mark.parametrize("int64", [False, True])
+@pytest.mark.parametrize(
+    ("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 1, 2048), ("fp16", 64, 64)]
+)
+def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64):
+    c = _compile(
+        kernels.dyt_fwd_kernel,
+        _fwd_signature(dt),
+        {
+            "HAS_BETA": True,
+            "BLOCK_M": block_m,
+            "BLOCK_N": block_n,
+            "INT64": int64,
+            "TANH": kernels.TANH_POLY_EXP,
+        },
+        aligned=["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"],
+    )
+    ptx = c.asm["ptx"]
+    assert "cubin" in c.asm
+    assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx), "x is not loaded 16 bytes at a time"
+    assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), "y is not stored 16 bytes at a time"
+    assert "tanh.approx" not in ptx, "the default tanh must not use the hardware approximation"
+
+
+@needs_compiler
+@pytest.mark.parametrize("tanh", [kernels.TANH_LIBDEVICE, kernels.TANH_HW_APPROX])
+def test_gpu_only_tanh_methods_compile(tanh):
+    c = _compile(
+        kernels.dyt_fwd_kernel,
+        _fwd_signature("bf16"),
+        {"HAS_BETA": False, "BLOCK_M": 8, "BLOCK_N": 512, "INT64": False, "TANH": tanh},
+        aligned=["X", "Y", "N"],
+    )
+    assert ("tanh.approx.f32" in c.asm["ptx"]) == (tanh == kernels.TANH_HW_APPROX)
+
+
+@needs_compiler
+@pytest.mark.parametrize(("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 4, 1024)])
+def test_backward_and_finish_compile(dt, block_m, block_n):
+    c = _compile(
+        kernels.dyt_bwd_kernel,
+        _bwd_signature(dt),
+        {"BLOCK_M": block_m, "BLOCK_N": block_n, "INT64": False, "TANH": kernels.TANH_POLY_EXP},
+        aligned=["X", "DY", "DX", "N", "stride_xm", "stride_dym", "stride_dxm"],
+    )
+    ptx = c.asm["ptx"]
+    assert not ATOMIC.search(ptx), "reductions must not use atomics (determinism)"
+    assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx)
+    finish = _compile(
+        kernels.dyt_bwd_finish_kernel,
+        {"PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp32", "DGAMMA": "*bf16",
+         "DBETA": "*fp32", "DALPHA": "*fp32", "N": "i32", "n_groups": "i32", "n_dalpha_partials": "i32"},
+        {"BLOCK_G": 8, "BLOCK_N": 256},
+        aligned=[],
+    )  # fmt: skip
+    assert not ATOMIC.search(finish.asm["ptx"])
