@@ -104,7 +104,8 @@ def dyt_bwd_kernel(
 
     Program p owns column block p % n_col_blocks and the contiguous run of tiles_per_program row tiles
     starting at tile (p // n_col_blocks) * tiles_per_program. Partials go to row p // n_col_blocks of
-    PART_DGAMMA/PART_DBETA (shape (groups, N)) and to PART_DALPHA[p]; dyt_bwd_finish_kernel adds them up.
+    PART_DGAMMA/PART_DBETA (shape (groups, N), float32) and to PART_DALPHA[p] (float64);
+    dyt_bwd_finish_kernel adds them up.
     """
     pid = tl.program_id(0)
     pid_n = pid % n_col_blocks
@@ -116,7 +117,9 @@ def dyt_bwd_kernel(
     gamma = tl.load(GAMMA + cols, mask=col_ok, other=0.0).to(tl.float32)
     acc_dgamma = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_dbeta = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # dalpha sums every element: float64 lanes keep it as accurate as float32 terms allow (an f64 add per
+    # element is far below the memory time), where a float32 running sum would drift over 2^31 terms.
+    acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
 
     first_tile = group * tiles_per_program
     for i in range(0, tiles_per_program):
@@ -133,7 +136,7 @@ def dyt_bwd_kernel(
         # Masked after the arithmetic: padding lanes hold x = 0, and alpha * 0 is NaN when alpha is inf.
         acc_dgamma += tl.where(mask, dy * t, 0.0)
         acc_dbeta += tl.where(mask, dy, 0.0)
-        acc_dalpha += tl.where(mask, dz * x, 0.0)
+        acc_dalpha += tl.where(mask, dz * x, 0.0).to(tl.float64)
 
     tl.store(PART_DGAMMA + group * N + cols, tl.sum(acc_dgamma, axis=0), mask=col_ok)
     tl.store(PART_DBETA + group * N + cols, tl.sum(acc_dbeta, axis=0), mask=col_ok)
@@ -162,7 +165,7 @@ def dyt_bwd_finish_kernel(
     tl.store(DBETA + cols, tl.sum(acc_dbeta, axis=0).to(DBETA.dtype.element_ty), mask=col_ok)
 
     if pid == 0:
-        acc_dalpha = tl.zeros((BLOCK_G * BLOCK_N,), dtype=tl.float32)
+        acc_dalpha = tl.zeros((BLOCK_G * BLOCK_N,), dtype=tl.float64)
         for p0 in range(0, n_dalpha_partials, BLOCK_G * BLOCK_N):
             idx = p0 + tl.arange(0, BLOCK_G * BLOCK_N)
             acc_dalpha += tl.load(PART_DALPHA + idx, mask=idx < n_dalpha_partials, other=0.0)

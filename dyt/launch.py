@@ -102,7 +102,7 @@ class BwdPlan:
 
     def partial_bytes(self) -> int:
         """Bytes the partial buffers cost: written once by the main kernel, read once by the finish."""
-        return 2 * 4 * (2 * self.n_groups * self.N + self.n_dalpha_partials)
+        return 2 * (4 * 2 * self.n_groups * self.N + 8 * self.n_dalpha_partials)
 
 
 def path_name(n_col_blocks: int) -> str:

@@ -101,7 +101,7 @@ def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbet
     plan = backward_plan(x2d, dy2d)
     part_dgamma = _new((plan.n_groups, N), torch.float32, device)
     part_dbeta = _new((plan.n_groups, N), torch.float32, device)
-    part_dalpha = _new((plan.n_dalpha_partials,), torch.float32, device)
+    part_dalpha = _new((plan.n_dalpha_partials,), torch.float64, device)
     kernels.dyt_bwd_kernel[plan.grid](
         x2d, dy2d, dx, alpha, gamma, part_dgamma, part_dbeta, part_dalpha,
         M, N, x2d.stride(0), dy2d.stride(0), dx.stride(0), plan.n_col_blocks, plan.tiles_per_program,

@@ -32,7 +32,7 @@ def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbet
     t, sech2 = _tanh_sech2(a * xf)
     dz = dyf * gamma.float() * sech2
     dx = (dz * a).to(dx_dtype)
-    dalpha = (dz * xf).sum().reshape(1).to(dalpha_dtype)
+    dalpha = (dz * xf).double().sum().reshape(1).to(dalpha_dtype)  # float64 sum, as the kernels do
     dgamma = (dyf * t).sum(0).to(dgamma_dtype)
     dbeta = dyf.sum(0).to(dbeta_dtype)
     return dx, dalpha, dgamma, dbeta

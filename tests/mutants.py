@@ -86,7 +86,8 @@ MUTANTS: dict[str, Mutant] = {
                     tuple(
                         (
                             f"tl.sum({acc}, axis=0).to({P}.dtype.element_ty)",
-                            f"tl.sum({acc}, axis=0).to(tl.bfloat16).to(tl.float32).to({P}.dtype.element_ty)",
+                            f"tl.sum({acc}, axis=0).to(tl.float32).to(tl.bfloat16)"  # dalpha sums in f64
+                            f".to(tl.float32).to({P}.dtype.element_ty)",
                             1,
                         )
                         for acc, P in (

@@ -76,7 +76,7 @@ def _fwd_signature(dt):
 
 def _bwd_signature(dt):
     return {"X": f"*{dt}", "DY": f"*{dt}", "DX": f"*{dt}", "ALPHA": "*fp32", "GAMMA": "*fp32",
-            "PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp32", "M": "i32", "N": "i32",
+            "PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp64", "M": "i32", "N": "i32",
             "stride_xm": "i32", "stride_dym": "i32", "stride_dxm": "i32", "n_col_blocks": "i32",
             "tiles_per_program": "i32"}  # fmt: skip
 
@@ -132,7 +132,7 @@ def test_backward_and_finish_compile(dt, block_m, block_n):
     assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx)
     finish = _compile(
         kernels.dyt_bwd_finish_kernel,
-        {"PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp32", "DGAMMA": "*bf16",
+        {"PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp64", "DGAMMA": "*bf16",
          "DBETA": "*fp32", "DALPHA": "*fp32", "N": "i32", "n_groups": "i32", "n_dalpha_partials": "i32"},
         {"BLOCK_G": 8, "BLOCK_N": 256},
         aligned=[],

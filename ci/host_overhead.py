@@ -1,0 +1,52 @@
+"""Host (CPU) time per call of each layer of the stack on a small GPU shape, and a cProfile of the
+slowest: where the microseconds between `dyt.dyt` and the kernel launch go. Dev tool, GPU machine."""
+
+import cProfile
+import pstats
+import time
+
+import torch
+
+import dyt
+from dyt import launcher, ops
+
+x = torch.randn(4096, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+a = torch.full((1,), 0.5, device="cuda", requires_grad=True)
+g = torch.randn(64, device="cuda", requires_grad=True)
+b = torch.randn(64, device="cuda", requires_grad=True)
+dy = torch.randn_like(x)
+x2 = x.detach()
+
+
+def host_us(fn, n=300):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - start) / n * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+cases = {
+    "eager expression": lambda: g * torch.tanh(a * x) + b,
+    "launcher.forward": lambda: launcher.forward(x2, a.detach(), g.detach(), b.detach(), x2.dtype),
+    "launcher.forward_plan": lambda: launcher.forward_plan(x2),
+    "ops.validate": lambda: ops.validate(x, a, g, b),
+    "torch.ops.dyt.forward (no grad)": lambda: torch.ops.dyt.forward(x2, a.detach(), g.detach(), b.detach()),
+    "dyt.dyt (autograd)": lambda: dyt.dyt(x, a, g, b),
+    "launcher.backward": lambda: launcher.backward(
+        dy, x2, a.detach(), g.detach(), x2.dtype, a.dtype, g.dtype, b.dtype
+    ),
+}
+for name, fn in cases.items():
+    print(f"{name:34s} {host_us(fn):8.1f} us host per call")
+prof = cProfile.Profile()
+prof.enable()
+for _ in range(200):
+    dyt.dyt(x, a, g, b)
+prof.disable()
+torch.cuda.synchronize()
+pstats.Stats(prof).sort_stats("tottime").print_stats(15)
