@@ -50,3 +50,21 @@ for _ in range(200):
 prof.disable()
 torch.cuda.synchronize()
 pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+
+# The same shapes timed on the GPU at every layer (do_bench medians, us): a gap between layers that
+# grows with the data is not host time.
+from triton.testing import do_bench  # noqa: E402
+
+for M, N in [(4096, 64), (1048576, 64), (524288, 128), (65536, 1024), (16384, 4096)]:
+    xs = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    xg = xs.clone().requires_grad_()
+    p = [torch.randn(N, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    al = torch.full((1,), 0.5, device="cuda", dtype=torch.bfloat16)
+    ag, gg, bg = (t.clone().requires_grad_() for t in (al, *p))
+    row = {
+        "launcher": do_bench(lambda: launcher.forward(xs, al, p[0], p[1], xs.dtype), return_mode="median"),
+        "op": do_bench(lambda: torch.ops.dyt.forward(xs, al, p[0], p[1]), return_mode="median"),
+        "dyt.dyt": do_bench(lambda: dyt.dyt(xg, ag, gg, bg), return_mode="median"),
+    }
+    plan = launcher.forward_plan(xs)
+    print(M, N, {k: round(v * 1e3, 1) for k, v in row.items()}, plan)
