@@ -61,10 +61,11 @@ for M, N in [(4096, 64), (1048576, 64), (524288, 128), (65536, 1024), (16384, 40
     p = [torch.randn(N, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
     al = torch.full((1,), 0.5, device="cuda", dtype=torch.bfloat16)
     ag, gg, bg = (t.clone().requires_grad_() for t in (al, *p))
-    row = {
-        "launcher": do_bench(lambda: launcher.forward(xs, al, p[0], p[1], xs.dtype), return_mode="median"),
-        "op": do_bench(lambda: torch.ops.dyt.forward(xs, al, p[0], p[1]), return_mode="median"),
-        "dyt.dyt": do_bench(lambda: dyt.dyt(xg, ag, gg, bg), return_mode="median"),
+    calls = {
+        "launcher": lambda xs=xs, al=al, p=p: launcher.forward(xs, al, p[0], p[1], xs.dtype),
+        "op": lambda xs=xs, al=al, p=p: torch.ops.dyt.forward(xs, al, p[0], p[1]),
+        "dyt.dyt": lambda xg=xg, ag=ag, gg=gg, bg=bg: dyt.dyt(xg, ag, gg, bg),
     }
+    row = {k: do_bench(fn, return_mode="median") for k, fn in calls.items()}
     plan = launcher.forward_plan(xs)
     print(M, N, {k: round(v * 1e3, 1) for k, v in row.items()}, plan)

@@ -79,16 +79,37 @@ def _use_triton(x: torch.Tensor) -> bool:
     return launcher is not None and launcher.interpreter_active()
 
 
-@torch.library.custom_op("dyt::forward", mutates_args=())
-def _forward_op(
-    x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None
-) -> torch.Tensor:
-    validate(x, alpha, gamma, beta)
+def forward_impl(x, alpha, gamma, beta) -> torch.Tensor:
+    """The forward on validated inputs: kernels for CUDA (or the interpreter), plain PyTorch otherwise."""
     x2d = _as_rows(x)
     impl = launcher if _use_triton(x) else torch_path
     y2d = impl.forward(x2d, alpha.reshape(1).contiguous(), gamma.contiguous(),
                        None if beta is None else beta.contiguous(), x.dtype)  # fmt: skip
     return y2d.reshape(x.shape)
+
+
+def backward_impl(dy, x, alpha, gamma, beta):
+    """(dx, dalpha shaped (1,), dgamma, dbeta) on validated inputs; dbeta in gamma's dtype without beta."""
+    if dy.shape != x.shape:
+        raise ValueError(f"dyt: dy must have x's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
+    impl = launcher if _use_triton(x) else torch_path
+    dbeta_dtype = gamma.dtype if beta is None else beta.dtype
+    dx, dalpha, dgamma, dbeta = impl.backward(
+        _as_rows(dy), _as_rows(x), alpha.reshape(1).contiguous(), gamma.contiguous(),
+        x.dtype, alpha.dtype, gamma.dtype, dbeta_dtype,
+    )  # fmt: skip
+    return dx.reshape(x.shape), dalpha, dgamma, dbeta
+
+
+# Custom ops: what torch.compile and AOTAutograd see (single graph nodes with fake implementations).
+
+
+@torch.library.custom_op("dyt::forward", mutates_args=())
+def _forward_op(
+    x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None
+) -> torch.Tensor:
+    validate(x, alpha, gamma, beta)
+    return forward_impl(x, alpha, gamma, beta)
 
 
 @_forward_op.register_fake
@@ -102,22 +123,7 @@ def _backward_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dx, dalpha shaped (1,), dgamma, dbeta); dbeta is in gamma's dtype when beta is None."""
     validate(x, alpha, gamma, beta)
-    if dy.shape != x.shape:
-        raise ValueError(f"dyt: dy must have x's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
-    x2d, dy2d = _as_rows(x), _as_rows(dy)
-    impl = launcher if _use_triton(x) else torch_path
-    dbeta_dtype = gamma.dtype if beta is None else beta.dtype
-    dx, dalpha, dgamma, dbeta = impl.backward(
-        dy2d,
-        x2d,
-        alpha.reshape(1).contiguous(),
-        gamma.contiguous(),
-        x.dtype,
-        alpha.dtype,
-        gamma.dtype,
-        dbeta_dtype,
-    )
-    return dx.reshape(x.shape), dalpha, dgamma, dbeta
+    return backward_impl(dy, x, alpha, gamma, beta)
 
 
 @_backward_op.register_fake
@@ -149,13 +155,34 @@ def _backward(ctx, dy):
 torch.library.register_autograd("dyt::forward", _backward, setup_context=_setup_context)
 
 
+class _EagerDyT(torch.autograd.Function):
+    """Eager calls skip the custom-op dispatch layers, which cost more host time than the kernel launch
+    itself (measured on an H200 host: 189 us per torch.ops.dyt.forward call against 49 us for the launch)."""
+
+    @staticmethod
+    def forward(ctx, x, alpha, gamma, beta):
+        ctx.has_beta = beta is not None
+        ctx.alpha_shape = alpha.shape
+        ctx.save_for_backward(x, alpha, gamma, beta)
+        return forward_impl(x, alpha, gamma, beta)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, alpha, gamma, beta = ctx.saved_tensors
+        dx, dalpha, dgamma, dbeta = backward_impl(dy, x, alpha, gamma, beta)
+        return dx, dalpha.reshape(ctx.alpha_shape), dgamma, dbeta if ctx.has_beta else None
+
+
 def dyt(
     x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None = None
 ) -> torch.Tensor:
     """y = gamma * tanh(alpha * x) + beta over the last dimension of x; differentiable in all four.
 
     x: (..., C) float32/bfloat16/float16, any strides. alpha: one element. gamma, beta: (C,); beta may be
-    None (LLaMA-style DyT). Parameters may be float32 while x is 16-bit (mixed precision).
+    None (LLaMA-style DyT). Parameters may be float32 while x is 16-bit (mixed precision). Under
+    torch.compile this is the custom op torch.ops.dyt.forward; eagerly, the same kernels with less dispatch.
     """
     validate(x, alpha, gamma, beta)
-    return torch.ops.dyt.forward(x, alpha, gamma, beta)
+    if torch.compiler.is_compiling():
+        return torch.ops.dyt.forward(x, alpha, gamma, beta)
+    return _EagerDyT.apply(x, alpha, gamma, beta)

@@ -134,3 +134,17 @@ def test_plain_pytorch_path(width, dtype, seed):
     y = torch_path.forward(x2d, a, g, b, x2d.dtype)
     dx, da, dg, db = torch_path.backward(dy2d, x2d, a, g, x2d.dtype, a.dtype, g.dtype, b.dtype)
     check_against_reference(inp, (y, dx, da, dg, db))
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_custom_op_path(path, seed):
+    """torch.ops.dyt.forward with its registered autograd (what torch.compile runs) gives the same bits as
+    the eager autograd.Function path, and both match the reference."""
+    width = PATHS[path][0]
+    inp = make_inputs((29, width), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    with path_context(path):
+        via_op = run(inp, lambda x, a, g, b: torch.ops.dyt.forward(x, a, g, b))
+        via_eager = run(inp)
+    check_against_reference(inp, via_op)
+    for a, b in zip(via_op, via_eager, strict=True):
+        assert torch.equal(a, b)
