@@ -35,26 +35,37 @@ def device_facts(device: torch.device) -> tuple[str, int]:
     return _device_facts(index)
 
 
-def forward_plan(x2d: torch.Tensor) -> launch.FwdPlan:
-    arch, _ = device_facts(x2d.device)
-    M, N = x2d.shape
-    return launch.plan_forward(
-        M, N, x2d.element_size(), (x2d.stride(0), N), arch=arch, interpreter=interpreter_active()
+def _plan(mode, M, N, itemsize, row_strides, device):
+    """Plans are pure functions of these arguments and the overrides; a swapped table (the tuner, tests)
+    is planned afresh, everything else is cached, since host time per call is what small shapes pay."""
+    o = launch.current_overrides()
+    if o.table is not None:
+        return _cached_plan.__wrapped__(mode, M, N, itemsize, row_strides, device, None)
+    return _cached_plan(
+        mode, M, N, itemsize, row_strides, device, (o.int64, o.tanh, os.environ.get("DYT_TANH"))
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_plan(mode, M, N, itemsize, row_strides, device, overrides_key):
+    arch, sm_count = device_facts(device)
+    if mode == "fwd":
+        return launch.plan_forward(M, N, itemsize, row_strides, arch=arch, interpreter=interpreter_active())
+    return launch.plan_backward(
+        M, N, itemsize, row_strides, sm_count=sm_count, arch=arch, interpreter=interpreter_active()
+    )
+
+
+def forward_plan(x2d: torch.Tensor) -> launch.FwdPlan:
+    M, N = x2d.shape
+    return _plan("fwd", M, N, x2d.element_size(), (x2d.stride(0), N), x2d.device)
 
 
 def backward_plan(x2d: torch.Tensor, dy2d: torch.Tensor) -> launch.BwdPlan:
-    arch, sm_count = device_facts(x2d.device)
     M, N = x2d.shape
-    return launch.plan_backward(
-        M,
-        N,
-        max(x2d.element_size(), dy2d.element_size()),
-        (x2d.stride(0), dy2d.stride(0), N),
-        sm_count=sm_count,
-        arch=arch,
-        interpreter=interpreter_active(),
-    )
+    itemsize = max(x2d.element_size(), dy2d.element_size())
+    strides = (x2d.stride(0), dy2d.stride(0), N)
+    return _plan("bwd", M, N, itemsize, strides, x2d.device)
 
 
 def _staged(dtype: torch.dtype) -> torch.dtype:
