@@ -29,8 +29,9 @@ def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def assert_same_nonfinite(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
-    got64 = got.detach().to(torch.float64).cpu()
-    ref = ref.cpu()
+    # Compared where the reference lives (the GPU for GPU runs): moving 2^29-element tensors to a
+    # slow host CPU cost a minute per case.
+    got64 = got.detach().to(device=ref.device, dtype=torch.float64)
     nan_got, nan_ref = torch.isnan(got64), torch.isnan(ref)
     if not torch.equal(nan_got, nan_ref):
         extra = (nan_got & ~nan_ref).nonzero()[:5].tolist()
@@ -58,8 +59,7 @@ def assert_close(name: str, got: torch.Tensor, ref: torch.Tensor, *, kind: str, 
         f"{name}: shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
     )
     assert_same_nonfinite(name, got, ref)
-    got64 = got.detach().to(torch.float64).cpu()
-    ref = ref.cpu()
+    got64 = got.detach().to(device=ref.device, dtype=torch.float64)
     finite = torch.isfinite(ref)
     g, r = got64[finite], ref[finite]
     if r.numel() == 0:
@@ -70,7 +70,7 @@ def assert_close(name: str, got: torch.Tensor, ref: torch.Tensor, *, kind: str, 
         rel = float(err / norm) if norm > 0 else float(err)
         limit = REL_L2[kind]
         if kind == "param" and rss is not None and norm > 0:
-            limit += float(EVAL_ULPS * FP32_EPS * rss.cpu()[finite].norm() / norm)
+            limit += float(EVAL_ULPS * FP32_EPS * rss.to(ref.device)[finite].norm() / norm)
         if not rel <= limit:
             worst = int((g - r).abs().argmax())
             raise AssertionError(
@@ -78,7 +78,7 @@ def assert_close(name: str, got: torch.Tensor, ref: torch.Tensor, *, kind: str, 
                 f"{float(g[worst])!r}, reference {float(r[worst])!r})"
             )
         return
-    s = (scale if scale is not None else ref.abs()).cpu()[finite]
+    s = (scale if scale is not None else ref.abs()).to(ref.device)[finite]
     allowed = ulp(r, storage) + EVAL_ULPS * FP32_EPS * s
     bad = (g - r).abs() > allowed
     if bool(bad.any()):
