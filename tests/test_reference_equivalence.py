@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import dyt
-from dyt import torch_path
+from dyt import ops, torch_path
 
 from helpers import DTYPES, check_against_reference, device, make_inputs, on_gpu, plans_for, run
 from paths import PATHS, assert_path, path_context
@@ -140,6 +140,7 @@ def test_plain_pytorch_path(width, dtype, seed):
 def test_custom_op_path(path, seed):
     """torch.ops.dyt.forward with its registered autograd (what torch.compile runs) gives the same bits as
     the eager autograd.Function path, and both match the reference."""
+    assert ops.forward_impl  # the module that registers torch.ops.dyt is loaded
     width = PATHS[path][0]
     inp = make_inputs((29, width), torch.bfloat16, seed=seed, param_dtype=torch.float32)
     with path_context(path):
