@@ -39,57 +39,50 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(int(count or 0))]
 
 
+def pin_worker_gpu(environ=os.environ) -> str | None:
+    """In an xdist worker gwN, restrict CUDA to the N-th GPU of DYT_GPUS (before CUDA initializes) and give
+    the worker its own Triton cache; tests/conftest.py calls this first thing. Returns the GPU pinned."""
+    worker = environ.get("PYTEST_XDIST_WORKER", "")
+    cache_root = environ.get("DYT_TRITON_CACHE_ROOT")
+    if cache_root:
+        environ["TRITON_CACHE_DIR"] = os.path.join(cache_root, worker or "main")
+    gpus = [g for g in environ.get("DYT_GPUS", "").split(",") if g]
+    if not gpus or not worker.startswith("gw"):
+        return None
+    environ["CUDA_VISIBLE_DEVICES"] = gpus[int(worker[2:]) % len(gpus)]
+    return environ["CUDA_VISIBLE_DEVICES"]
+
+
+def pytest_command(
+    workers: int, junit: str | None, session: str, timeout_s: str, args: list[str]
+) -> list[str]:
+    """One xdist worker per GPU, work stealing, crashed workers restarted (their test reported failed),
+    and a thread-method timeout so a hung kernel fails one test instead of the run."""
+    return [
+        sys.executable, "-m", "pytest", "-p", "xdist", "-n", str(workers), "--dist", "worksteal",
+        "--max-worker-restart", str(4 * workers), "-o", f"junit_suite_name={session}",
+        "--timeout", timeout_s, "--timeout-method", "thread",
+        *([f"--junitxml={junit}"] if junit else []), *args,
+    ]  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     gpus = visible_gpus()
     if not gpus:
-        print(
-            "gpu_tests: no CUDA GPU is visible (nvidia-smi and torch see none); this session needs one.",
-            file=sys.stderr,
-        )
+        print("gpu_tests: no CUDA GPU is visible (nvidia-smi and torch see none); this session needs one.",
+              file=sys.stderr)  # fmt: skip
         return 2
     reports = pathlib.Path(os.environ.get("DYT_REPORTS", ROOT / "reports"))
     session = os.environ.setdefault("DYT_SESSION", "gpu_tests")
+    cache = pathlib.Path(os.environ.get("TRITON_CACHE_DIR", "~/.triton/cache")).expanduser() / "dyt-workers"
     env = dict(os.environ)
-    env.update(
-        {
-            "DYT_GPUS": ",".join(gpus),
-            "DYT_REQUIRE_GPU": "1",
-            "DYT_REPORTS": str(reports),
-            "TRITON_INTERPRET": "0",
-            "DYT_TRITON_CACHE_ROOT": env.get(
-                "DYT_TRITON_CACHE_ROOT",
-                str(
-                    pathlib.Path(env.get("TRITON_CACHE_DIR", "~/.triton/cache")).expanduser() / "dyt-workers"
-                ),
-            ),
-        }
-    )
-    junit = (
-        [] if any(a.startswith("--junitxml") for a in args) else [f"--junitxml={reports}/junit/{session}.xml"]
-    )
+    env.setdefault("DYT_TRITON_CACHE_ROOT", str(cache))
+    env.update({"DYT_GPUS": ",".join(gpus), "DYT_REQUIRE_GPU": "1", "DYT_REPORTS": str(reports),
+                "TRITON_INTERPRET": "0"})  # fmt: skip
+    junit = None if any(a.startswith("--junitxml") for a in args) else f"{reports}/junit/{session}.xml"
     (reports / "junit").mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "xdist",
-        "-n",
-        str(len(gpus)),
-        "--dist",
-        "worksteal",
-        "--max-worker-restart",
-        str(4 * len(gpus)),
-        "-o",
-        f"junit_suite_name={session}",
-        "--timeout",
-        env.get("DYT_TEST_TIMEOUT", "900"),
-        "--timeout-method",
-        "thread",
-        *junit,
-        *args,
-    ]
+    cmd = pytest_command(len(gpus), junit, session, env.get("DYT_TEST_TIMEOUT", "900"), args)
     print(f"gpu_tests: {len(gpus)} GPU(s) {gpus}, one xdist worker each:\n  {' '.join(cmd)}", flush=True)
     return subprocess.call(cmd, cwd=ROOT, env=env)
 

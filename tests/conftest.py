@@ -14,14 +14,10 @@ import shlex
 import sys
 import zlib
 
+from dyt.gpu_matrix import pin_worker_gpu  # noqa: E402  (imports neither torch nor Triton)
+
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
-if os.environ.get("DYT_GPUS") and _WORKER.startswith("gw"):
-    # One GPU per worker: gwN takes the N-th GPU of the list the controller saw.
-    _gpus = os.environ["DYT_GPUS"].split(",")
-    os.environ["CUDA_VISIBLE_DEVICES"] = _gpus[int(_WORKER[2:]) % len(_gpus)]
-_cache_root = os.environ.get("DYT_TRITON_CACHE_ROOT")
-if _cache_root:
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(_cache_root, _WORKER)
+pin_worker_gpu(os.environ)
 os.environ.setdefault("DYT_POISON_OUTPUTS", "1")
 os.environ.setdefault("DYT_SEED", str(random.SystemRandom().randrange(2**31)))
 

@@ -1,0 +1,92 @@
+"""tooling: the GPU matrix's harness itself, shown on CPU with stand-in tests. One worker per GPU, each
+pinned to its own GPU and Triton cache; a crashed worker restarts with its test reported failed and the
+run goes on; a hung test fails alone by the thread-method timeout (which ends that worker's process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from dyt import gpu_matrix
+
+pytestmark = pytest.mark.tooling
+ROOT = pathlib.Path(__file__).parents[1]
+
+
+def test_pin_worker_gpu_takes_the_workers_own_gpu():
+    for worker, expected in [("gw0", "3"), ("gw1", "5"), ("gw2", "3")]:
+        env = {"PYTEST_XDIST_WORKER": worker, "DYT_GPUS": "3,5", "DYT_TRITON_CACHE_ROOT": "/c"}
+        assert gpu_matrix.pin_worker_gpu(env) == expected
+        assert env["CUDA_VISIBLE_DEVICES"] == expected and env["TRITON_CACHE_DIR"] == f"/c/{worker}"
+    outside = {"DYT_GPUS": "0,1"}
+    assert gpu_matrix.pin_worker_gpu(outside) is None and "CUDA_VISIBLE_DEVICES" not in outside
+
+
+def test_no_gpu_fails_loudly(monkeypatch, capsys):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpu_matrix.main(["-k", "nothing"]) == 2
+    assert "no CUDA GPU is visible" in capsys.readouterr().err
+
+
+STAND_INS = {
+    "conftest.py": """
+        import json, os, pathlib
+        from dyt.gpu_matrix import pin_worker_gpu
+        pin_worker_gpu(os.environ)
+
+        def pytest_configure(config):
+            worker = os.environ.get("PYTEST_XDIST_WORKER")
+            if worker:
+                seen = {"gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                        "cache": os.environ.get("TRITON_CACHE_DIR")}
+                (pathlib.Path(__file__).parent / f"seen-{worker}.json").write_text(json.dumps(seen))
+    """,
+    "test_ok.py": """
+        import time
+        def test_ok_a(): time.sleep(0.5)
+        def test_ok_b(): time.sleep(0.5)
+    """,
+    "test_crash.py": """
+        import os
+        def test_crash(): os._exit(3)
+    """,
+    "test_hang.py": """
+        import time
+        def test_hang(): time.sleep(120)
+    """,
+}
+
+
+def test_two_workers_survive_a_crash_and_a_hang(tmp_path):
+    for name, body in STAND_INS.items():
+        (tmp_path / name).write_text(textwrap.dedent(body))
+    junit = tmp_path / "junit.xml"
+    cmd = gpu_matrix.pytest_command(2, str(junit), "harness", "5", ["-p", "no:cacheprovider", str(tmp_path)])
+    env = {**os.environ, "DYT_GPUS": "0,1", "DYT_TRITON_CACHE_ROOT": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    start = time.monotonic()
+    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    elapsed = time.monotonic() - start
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
+    cases = {tc.get("name"): tc for tc in ET.parse(junit).getroot().iter("testcase")}
+    failed = {n for n, tc in cases.items() if tc.find("failure") is not None or tc.find("error") is not None}
+    assert failed == {"test_crash", "test_hang"}, (failed, out.stdout[-3000:])
+    assert {"test_ok_a", "test_ok_b"} <= set(cases) - failed
+    # pytest-timeout's thread method ends the hung worker's process; xdist reports that test as crashed
+    # and restarts the worker, so the hang costs one test, not the run.
+    assert "crashed while running 'test_hang.py::test_hang'" in ET.tostring(
+        cases["test_hang"], encoding="unicode"
+    )
+    assert elapsed < 60, f"the 120 s hang was not cut by the 5 s timeout ({elapsed:.0f} s)"
+    seen = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("seen-gw*.json"))]
+    assert {s["gpu"] for s in seen} == {"0", "1"}, seen
+    assert all(s["cache"].startswith(str(tmp_path / "cache")) for s in seen)
