@@ -61,7 +61,9 @@ def current_overrides() -> Overrides:
 
 
 @dataclasses.dataclass(frozen=True)
-class FwdPlan:
+class TilePlan:
+    """What both kernels need: the tile, the 1-D grid, warps, offsets width and tanh method."""
+
     M: int
     N: int
     BLOCK_M: int
@@ -78,23 +80,17 @@ class FwdPlan:
 
 
 @dataclasses.dataclass(frozen=True)
-class BwdPlan:
-    M: int
-    N: int
-    BLOCK_M: int
-    BLOCK_N: int
-    num_warps: int
-    n_col_blocks: int
+class FwdPlan(TilePlan):
+    """One tile per program."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BwdPlan(TilePlan):
+    """A persistent grid over row groups; partial sums reduced by a finishing launch."""
+
     n_groups: int  # row groups: rows of the (n_groups, N) partial buffers
     tiles_per_program: int
-    grid: tuple[int]
-    int64: bool
-    tanh: int
     finish_grid: tuple[int]
-
-    @property
-    def path(self) -> str:
-        return path_name(self.n_col_blocks)
 
     @property
     def n_dalpha_partials(self) -> int:
@@ -168,48 +164,38 @@ def tanh_method(interpreter: bool) -> int:
     return TANH_METHODS[name]
 
 
-def plan_forward(M, N, itemsize, row_strides, *, arch="default", interpreter=False) -> FwdPlan:
-    entry = table_entry(_table(arch), "fwd", itemsize, N)
-    block_m, block_n, n_col_blocks = tile_shape(entry, N)
-    n_programs = cdiv(M, block_m) * n_col_blocks
+def _tile_fields(entry, M, N, row_strides, interpreter, tile, n_row_programs) -> dict:
+    """The TilePlan fields both plans share, with the grid checked against CUDA's axis-0 limit."""
+    block_m, block_n, n_col_blocks = tile
+    n_programs = n_row_programs * n_col_blocks
     if n_programs > GRID_X_LIMIT:
         raise ValueError(f"{M} x {N} needs {n_programs} programs, over the grid limit {GRID_X_LIMIT}")
-    return FwdPlan(
-        M=M,
-        N=N,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        num_warps=entry["num_warps"],
-        n_col_blocks=n_col_blocks,
-        grid=(n_programs,),
-        int64=needs_int64(M, N, row_strides, block_m),
-        tanh=tanh_method(interpreter),
-    )
+    return dict(M=M, N=N, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=entry["num_warps"],
+                n_col_blocks=n_col_blocks, grid=(n_programs,), int64=needs_int64(M, N, row_strides, block_m),
+                tanh=tanh_method(interpreter))  # fmt: skip
+
+
+def plan_forward(M, N, itemsize, row_strides, *, arch="default", interpreter=False) -> FwdPlan:
+    """One program per tile."""
+    entry = table_entry(_table(arch), "fwd", itemsize, N)
+    tile = tile_shape(entry, N)
+    return FwdPlan(**_tile_fields(entry, M, N, row_strides, interpreter, tile, cdiv(M, tile[0])))
 
 
 def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", interpreter=False) -> BwdPlan:
     """A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles."""
     entry = table_entry(_table(arch), "bwd", itemsize, N)
-    block_m, block_n, n_col_blocks = tile_shape(entry, N)
-    n_tiles = cdiv(M, block_m)
-    target_groups = max(1, (entry["programs_per_sm"] * sm_count) // n_col_blocks)
+    tile = tile_shape(entry, N)
+    n_tiles = max(1, cdiv(M, tile[0]))
     # Each row group writes and the finish kernel reads 2 x N float32 partials: cap the groups so that
     # this stays under the budget (3 * M * N * itemsize bytes of main traffic).
     budget_groups = int(PARTIAL_TRAFFIC_BUDGET * 3 * M * itemsize / 16)
-    target_groups = max(1, min(target_groups, budget_groups))
-    tiles_per_program = cdiv(n_tiles, min(target_groups, n_tiles))
+    target_groups = max(1, min((entry["programs_per_sm"] * sm_count) // tile[2], budget_groups, n_tiles))
+    tiles_per_program = cdiv(n_tiles, target_groups)
     n_groups = cdiv(n_tiles, tiles_per_program)
     return BwdPlan(
-        M=M,
-        N=N,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        num_warps=entry["num_warps"],
-        n_col_blocks=n_col_blocks,
+        **_tile_fields(entry, M, N, row_strides, interpreter, tile, n_groups),
         n_groups=n_groups,
         tiles_per_program=tiles_per_program,
-        grid=(n_groups * n_col_blocks,),
-        int64=needs_int64(M, N, row_strides, block_m),
-        tanh=tanh_method(interpreter),
         finish_grid=(cdiv(N, FINISH_BLOCK_N),),
     )

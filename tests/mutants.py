@@ -108,11 +108,8 @@ MUTANTS: dict[str, Mutant] = {
             bug="plans put row tiles on grid axis 1: grid=(n_col_blocks, n_row_tiles)",
             module="dyt.launch",
             targets=(
-                ("plan_forward", (("grid=(n_programs,),", "grid=(n_col_blocks, cdiv(M, block_m)),", 1),)),
-                (
-                    "plan_backward",
-                    (("grid=(n_groups * n_col_blocks,),", "grid=(n_col_blocks, n_groups),", 1),),
-                ),
+                # Both plans build their grid in _tile_fields.
+                ("_tile_fields", (("grid=(n_programs,),", "grid=(n_col_blocks, n_row_programs),", 1),)),
             ),
             suite="tests/test_grid_limit.py",
             tests=tuple(
