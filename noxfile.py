@@ -35,6 +35,18 @@ def _torch_cuda_version() -> str | None:
     return match.group(1) if match else None
 
 
+def _nvidia_gpu_listed() -> bool:
+    """Whether nvidia-smi lists a GPU: checked before a GPU session downloads a multi-GB CUDA torch."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    out = subprocess.run([smi, "-L"], capture_output=True, text=True, check=False)
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
 # A container or GPU box that already has a CUDA build of torch runs the GPU sessions in place.
 HAS_CUDA_TORCH = _torch_cuda_version() is not None
 GPU_BACKEND = "none" if HAS_CUDA_TORCH else "virtualenv"
@@ -75,6 +87,10 @@ def tests(session: nox.Session) -> None:
 @nox.session(venv_backend=GPU_BACKEND)
 def gpu_tests(session: nox.Session) -> None:
     """The whole matrix on CUDA, one xdist worker per visible GPU; fails when no GPU is visible."""
+    if not HAS_CUDA_TORCH and not _nvidia_gpu_listed():
+        session.error(
+            "gpu_tests: no NVIDIA GPU is visible (nvidia-smi -L lists none); not installing a CUDA torch"
+        )
     if not HAS_CUDA_TORCH:
         session.install("torch", "triton")
         session.install("-e", ".[test,report]")
@@ -91,6 +107,8 @@ def gpu_tests(session: nox.Session) -> None:
 @nox.session(venv_backend=GPU_BACKEND)
 def bench(session: nox.Session) -> None:
     """Performance report: dyt beside eager, torch.compile and Liger-Kernel, against the copy ceiling."""
+    if not HAS_CUDA_TORCH and not _nvidia_gpu_listed():
+        session.error("bench: no NVIDIA GPU is visible (nvidia-smi -L lists none); nothing to measure")
     if not HAS_CUDA_TORCH:
         session.install("torch", "triton")
         session.install("-e", ".[report]")
