@@ -58,15 +58,14 @@ MUTANTS: dict[str, Mutant] = {
     for m in [
         Mutant(
             name="unmasked_padding",
-            bug="bwd kernel accumulates dy*t, dy, dz*x without tl.where(mask, ..., 0.0)",
+            bug="bwd kernel accumulates dy*t and dz*x without tl.where(mask, ..., 0.0)",
             module="dyt.kernels",
             targets=(
                 (
                     "dyt_bwd_kernel",
                     (
                         ("acc_dgamma += tl.where(mask, dy * t, 0.0)", "acc_dgamma += dy * t", 1),
-                        ("acc_dbeta += tl.where(mask, dy, 0.0)", "acc_dbeta += dy", 1),
-                        ("acc_dalpha += tl.where(mask, dz * x, 0.0)", "acc_dalpha += dz * x", 1),
+                        ("tl.sum(tl.where(mask, dz * x, 0.0), axis=1)", "tl.sum(dz * x, axis=1)", 1),
                     ),
                 ),
             ),
