@@ -21,39 +21,79 @@ TANH_HW_APPROX = 2  # PTX tanh.approx.f32 (relative error ~2^-11): explicit opt-
 # Below this |z| the polynomial is used; at and above it, 1 - 2 / (exp(2|z|) + 1).
 _POLY_LIMIT = tl.constexpr(0.6)
 _TWO_LOG2E = tl.constexpr(2.8853900817779268)  # 2 / ln(2): exp(2a) = exp2(2a / ln 2)
+_LOG2E = tl.constexpr(1.4426950408889634)  # exp(-a) = exp2(-a / ln 2)
 
 
 @triton.jit
-def _tanh_sech2(z, TANH: tl.constexpr):
-    """tanh(z) and sech(z)^2 = 1 - tanh(z)^2 in float32, both accurate to a few float32 ulps.
+def _rcp(d, APPROX: tl.constexpr):
+    """1 / d. On the GPU, rcp.approx (one MUFU, 1 ulp) where the caller's d keeps it in range; the
+    interpreter has no PTX, so there (APPROX=False) it is a plain division. Callers: d = exp(2a) + 1,
+    whose reciprocal rounding to 0 past 2^126 is harmless (tanh = 1 there), and d = 1 + h^2 in [1, 2]."""
+    if APPROX:
+        r = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [d], dtype=tl.float32,
+                                      is_pure=True, pack=1)  # fmt: skip
+    else:
+        r = 1.0 / d
+    return r
 
-    sech^2 comes from q = 1 - |tanh| = 2 / (exp(2|z|) + 1) as q * (2 - q), never from 1 - t*t, which
-    cancels to zero once |tanh| rounds to 1. NaN propagates; z = +-inf gives tanh = +-1, sech^2 = 0.
-    """
-    a = tl.abs(z)
+
+@triton.jit
+def _tanh_poly(z):
+    """Minimax fit of tanh(z) = z + z^3 * P(z^2) on [0, 0.6]; 1.2 float32 ulps there."""
+    s = z * z
+    p = -0.005895386449992657
+    p = p * s + 0.02079615369439125
+    p = p * s - 0.053783878684043884
+    p = p * s + 0.13331924378871918
+    p = p * s - 0.33333298563957214
+    return z + (z * s) * p
+
+
+@triton.jit
+def _tanh(z, TANH: tl.constexpr, APPROX: tl.constexpr):
+    """tanh(z) in float32 (the forward's helper). TANH picks the method; the interpreter has only 0."""
     if TANH == 0:
-        # Minimax fit of tanh(z) = z + z^3 * P(z^2) on [0, 0.6]; 1.2 float32 ulps there.
-        s = z * z
-        p = -0.005895386449992657
-        p = p * s + 0.02079615369439125
-        p = p * s - 0.053783878684043884
-        p = p * s + 0.13331924378871918
-        p = p * s - 0.33333298563957214
-        t_poly = z + (z * s) * p
-        q_exp = 2.0 / (tl.exp2(a * _TWO_LOG2E) + 1.0)
-        t_exp = 1.0 - q_exp
-        small = a < _POLY_LIMIT
-        t = tl.where(small, t_poly, tl.where(z < 0, -t_exp, t_exp))
-        sech2 = tl.where(small, 1.0 - t_poly * t_poly, q_exp * (2.0 - q_exp))
+        a = tl.abs(z)
+        t_exp = 1.0 - 2.0 * _rcp(tl.exp2(a * _TWO_LOG2E) + 1.0, APPROX)  # past |z| ~ 44: inf, so t = 1
+        t = tl.where(a < _POLY_LIMIT, _tanh_poly(z), tl.where(z < 0, -t_exp, t_exp))
     elif TANH == 1:
         t = libdevice.tanh(z)
-        q = 2.0 / (tl.exp2(a * _TWO_LOG2E) + 1.0)
-        sech2 = tl.where(a < _POLY_LIMIT, 1.0 - t * t, q * (2.0 - q))
     else:
         t = tl.inline_asm_elementwise(
             "tanh.approx.f32 $0, $1;", "=r,r", [z], dtype=tl.float32, is_pure=True, pack=1
         )
-        sech2 = 1.0 - t * t
+    return t
+
+
+@triton.jit
+def _one_minus_abs_tanh(a, APPROX: tl.constexpr):
+    """q = 1 - tanh(a) = 2 / (exp(2a) + 1) for a >= 0, down into float32's subnormals.
+
+    Written as (2 / (1 + h^2)) * h * h with h = exp(-a): exp(2a) would overflow past a ~ 44 and exp(-2a)
+    would be flushed to zero by the hardware exp2 past a ~ 43.7, yet sech^2 = q * (2 - q) stays a
+    nonzero float32 (and bfloat16) subnormal until a ~ 52. The last product rounds correctly there.
+    """
+    h = tl.exp2(-a * _LOG2E)
+    return (2.0 * _rcp(1.0 + h * h, APPROX) * h) * h
+
+
+@triton.jit
+def _tanh_sech2(z, TANH: tl.constexpr, APPROX: tl.constexpr):
+    """tanh(z) and sech(z)^2 = 1 - tanh(z)^2 in float32 (the backward's helper), a few float32 ulps each.
+
+    sech^2 comes from q = 1 - |tanh| as q * (2 - q), never from 1 - t*t, which cancels to zero once |tanh|
+    rounds to 1. NaN propagates; z = +-inf gives tanh = +-1, sech^2 = 0.
+    """
+    a = tl.abs(z)
+    q = _one_minus_abs_tanh(a, APPROX)
+    small = a < _POLY_LIMIT
+    if TANH == 0:
+        t_poly = _tanh_poly(z)
+        t = tl.where(small, t_poly, tl.where(z < 0, q - 1.0, 1.0 - q))
+        sech2 = tl.where(small, 1.0 - t_poly * t_poly, q * (2.0 - q))
+    else:
+        t = _tanh(z, TANH, APPROX)
+        sech2 = tl.where(small, 1.0 - t * t, q * (2.0 - q)) if TANH == 1 else 1.0 - t * t
     return t, sech2
 
 
@@ -73,7 +113,7 @@ def dyt_fwd_kernel(
     X, Y, ALPHA, GAMMA, BETA,
     M, N, stride_xm, stride_ym, n_col_blocks,
     HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    INT64: tl.constexpr, TANH: tl.constexpr,
+    INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr,
 ):  # fmt: skip
     """y = gamma * tanh(alpha * x) + beta for one BLOCK_M x BLOCK_N tile per program."""
     pid = tl.program_id(0)
@@ -86,7 +126,7 @@ def dyt_fwd_kernel(
     gamma = tl.load(GAMMA + cols, mask=col_ok, other=0.0).to(tl.float32)
     x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
 
-    t, _ = _tanh_sech2(alpha * x, TANH)
+    t = _tanh(alpha * x, TANH, APPROX)
     y = gamma[None, :] * t
     if HAS_BETA:
         beta = tl.load(BETA + cols, mask=col_ok, other=0.0).to(tl.float32)
@@ -99,6 +139,7 @@ def dyt_bwd_kernel(
     X, DY, DX, ALPHA, GAMMA, PART_DGAMMA, PART_DBETA, PART_DALPHA,
     M, N, stride_xm, stride_dym, stride_dxm, n_col_blocks, tiles_per_program,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, TANH: tl.constexpr,
+    APPROX: tl.constexpr,
 ):  # fmt: skip
     """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
 
@@ -128,7 +169,7 @@ def dyt_bwd_kernel(
         x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)
 
-        t, sech2 = _tanh_sech2(alpha * x, TANH)
+        t, sech2 = _tanh_sech2(alpha * x, TANH, APPROX)
         dz = (dy * gamma[None, :]) * sech2
         tl.store(
             DX + rows[:, None] * stride_dxm + cols[None, :], (dz * alpha).to(DX.dtype.element_ty), mask=mask

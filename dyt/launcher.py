@@ -92,7 +92,7 @@ def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
         x2d, y, alpha, gamma, beta if beta is not None else gamma,
         M, N, x2d.stride(0), y.stride(0), plan.n_col_blocks,
         HAS_BETA=beta is not None, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
-        INT64=plan.int64, TANH=plan.tanh, num_warps=plan.num_warps,
+        INT64=plan.int64, TANH=plan.tanh, APPROX=not interpreter_active(), num_warps=plan.num_warps,
     )  # fmt: skip
     return y.to(out_dtype)
 
@@ -117,7 +117,7 @@ def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbet
         x2d, dy2d, dx, alpha, gamma, part_dgamma, part_dbeta, part_dalpha,
         M, N, x2d.stride(0), dy2d.stride(0), dx.stride(0), plan.n_col_blocks, plan.tiles_per_program,
         BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64, TANH=plan.tanh,
-        num_warps=plan.num_warps,
+        APPROX=not interpreter_active(), num_warps=plan.num_warps,
     )  # fmt: skip
     kernels.dyt_bwd_finish_kernel[plan.finish_grid](
         part_dgamma, part_dbeta, part_dalpha, dgamma, dbeta, dalpha,

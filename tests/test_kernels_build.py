@@ -96,6 +96,7 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64):
             "BLOCK_N": block_n,
             "INT64": int64,
             "TANH": kernels.TANH_POLY_EXP,
+            "APPROX": True,
         },
         aligned=["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"],
     )
@@ -104,6 +105,7 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64):
     assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx), "x is not loaded 16 bytes at a time"
     assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), "y is not stored 16 bytes at a time"
     assert "tanh.approx" not in ptx, "the default tanh must not use the hardware approximation"
+    assert "rcp.approx" in ptx and "div.full" not in ptx, "the reciprocal must be one MUFU, not div.full"
 
 
 @needs_compiler
@@ -112,7 +114,7 @@ def test_gpu_only_tanh_methods_compile(tanh):
     c = _compile(
         kernels.dyt_fwd_kernel,
         _fwd_signature("bf16"),
-        {"HAS_BETA": False, "BLOCK_M": 8, "BLOCK_N": 512, "INT64": False, "TANH": tanh},
+        {"HAS_BETA": False, "BLOCK_M": 8, "BLOCK_N": 512, "INT64": False, "TANH": tanh, "APPROX": True},
         aligned=["X", "Y", "N"],
     )
     assert ("tanh.approx.f32" in c.asm["ptx"]) == (tanh == kernels.TANH_HW_APPROX)
@@ -124,11 +126,18 @@ def test_backward_and_finish_compile(dt, block_m, block_n):
     c = _compile(
         kernels.dyt_bwd_kernel,
         _bwd_signature(dt),
-        {"BLOCK_M": block_m, "BLOCK_N": block_n, "INT64": False, "TANH": kernels.TANH_POLY_EXP},
+        {
+            "BLOCK_M": block_m,
+            "BLOCK_N": block_n,
+            "INT64": False,
+            "TANH": kernels.TANH_POLY_EXP,
+            "APPROX": True,
+        },
         aligned=["X", "DY", "DX", "N", "stride_xm", "stride_dym", "stride_dxm"],
     )
     ptx = c.asm["ptx"]
     assert not ATOMIC.search(ptx), "reductions must not use atomics (determinism)"
+    assert "div.full" not in ptx and "ex2.approx" in ptx
     assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx)
     finish = _compile(
         kernels.dyt_bwd_finish_kernel,

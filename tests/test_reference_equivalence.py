@@ -149,3 +149,20 @@ def test_custom_op_path(path, seed):
     check_against_reference(inp, via_op)
     for a, b in zip(via_op, via_eager, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_saturated_tail(path, seed):
+    """|alpha * x| from 20 to 60 in bfloat16: tanh is +-1 to float32, but sech^2 = 4 exp(-2|z|) still
+    reaches dx as bfloat16 subnormals up to |z| ~ 47, which must not be flushed to zero early.
+
+    (float32 outputs are not held to relative L2 1e-6 in this regime: rounding alpha * x to float32 alone
+    moves exp(-2|z|) by 2|z| * 2^-24 relative, ~7e-6 at |z| = 60.)"""
+    width = PATHS[path][0]
+    inp = make_inputs((17, width), torch.bfloat16, seed=seed, alpha=1.0, param_dtype=torch.float32)
+    gen = torch.Generator().manual_seed(seed)
+    mags = 20.0 + 40.0 * torch.rand(inp.x.shape, generator=gen)
+    signs = torch.where(torch.rand(inp.x.shape, generator=gen) < 0.5, -1.0, 1.0)
+    inp.x = (mags * signs).to(torch.bfloat16).to(inp.x.device).requires_grad_()
+    with path_context(path):
+        check_against_reference(inp, run(inp))
