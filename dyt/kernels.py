@@ -14,7 +14,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 # tanh methods, chosen by dyt.launch and passed as TANH (a constexpr).
-TANH_POLY_EXP = 0  # default: odd polynomial near 0, exp2 + division elsewhere; within ~3.5 float32 ulps
+TANH_POLY_EXP = 0  # default: odd polynomial near 0, exp2 and a reciprocal elsewhere; a few float32 ulps
 TANH_LIBDEVICE = 1  # CUDA's libdevice tanhf; has no implementation in Triton's interpreter
 TANH_HW_APPROX = 2  # PTX tanh.approx.f32 (relative error ~2^-11): explicit opt-in, GPU only
 
@@ -91,9 +91,12 @@ def _tanh_sech2(z, TANH: tl.constexpr, APPROX: tl.constexpr):
         t_poly = _tanh_poly(z)
         t = tl.where(small, t_poly, tl.where(z < 0, q - 1.0, 1.0 - q))
         sech2 = tl.where(small, 1.0 - t_poly * t_poly, q * (2.0 - q))
-    else:
+    elif TANH == 1:
         t = _tanh(z, TANH, APPROX)
-        sech2 = tl.where(small, 1.0 - t * t, q * (2.0 - q)) if TANH == 1 else 1.0 - t * t
+        sech2 = tl.where(small, 1.0 - t * t, q * (2.0 - q))
+    else:  # the hardware approximation's documented opt-in error, sech^2 included
+        t = _tanh(z, TANH, APPROX)
+        sech2 = 1.0 - t * t
     return t, sech2
 
 

@@ -33,7 +33,7 @@ SESSION = os.environ.get("DYT_SESSION", "tests")
 REPORTS = pathlib.Path(os.environ.get("DYT_REPORTS", pathlib.Path(__file__).parents[1] / "reports"))
 DOCKER_LINE = 'docker run --gpus all --ipc=host -v "$PWD/reports:/workspace/reports" dyt-kernels:latest'
 GPU_ONLY_REASON = (
-    "GPU-only: needs a real CUDA device (launch limits, >2^31 elements, CUDA graphs); "
+    "GPU-only: needs a real CUDA device (launch limits, >2^31 elements, CUDA graphs, PTX-only tanh); "
     "the Triton interpreter accepts any grid and cannot prove it. Run `nox -s gpu_tests`."
 )
 

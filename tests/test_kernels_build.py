@@ -110,6 +110,19 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64):
 
 @needs_compiler
 @pytest.mark.parametrize("tanh", [kernels.TANH_LIBDEVICE, kernels.TANH_HW_APPROX])
+def test_gpu_only_tanh_methods_compile_in_the_backward(tanh):
+    c = _compile(
+        kernels.dyt_bwd_kernel,
+        _bwd_signature("bf16"),
+        {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": tanh, "APPROX": True},
+        aligned=["X", "DY", "DX", "N"],
+        num_warps=8,
+    )
+    assert ("tanh.approx.f32" in c.asm["ptx"]) == (tanh == kernels.TANH_HW_APPROX)
+
+
+@needs_compiler
+@pytest.mark.parametrize("tanh", [kernels.TANH_LIBDEVICE, kernels.TANH_HW_APPROX])
 def test_gpu_only_tanh_methods_compile(tanh):
     c = _compile(
         kernels.dyt_fwd_kernel,
