@@ -19,6 +19,7 @@
 #   DYT_SKIP_BENCH=1  skip the bench (a note says so)
 #   DYT_GATE=warn     a failed regression gate is a warning, not an error
 #   DYT_MARGIN        the gate's margin (default 0.05)
+#   DYT_BENCH_ARGS    bench selection as one string (e.g. "--shapes bandwidth,small --modes fwd,bwd --graph")
 #   DYT_BASELINES     another folder of baselines, searched after <reports>/baselines (the image sets it)
 #
 # Works in the container and on any GPU box with torch+CUDA in the current python; no nox needed.
@@ -124,7 +125,8 @@ for folder in filter(None, sys.argv[2:]):
 PY
 )"
   fi
-  bench_cmd=("$PYTHON" -m dyt bench)
+  read -r -a bench_selection <<< "${DYT_BENCH_ARGS:-}"
+  bench_cmd=("$PYTHON" -m dyt bench "${bench_selection[@]}")
   if [[ -n "$baseline" ]]; then
     bench_cmd+=(--compare "$baseline" --margin "$MARGIN")
     step "2/3 bench with regression gate against $baseline (margin $MARGIN): $(quoted "${bench_cmd[@]}")"
