@@ -44,6 +44,8 @@ def validate(x, alpha, gamma, beta) -> None:
     if x.dim() < 1:
         raise ValueError(f"dyt: x must have at least one dimension (..., C), got shape {tuple(x.shape)}")
     C = x.shape[-1]
+    if C < 1:
+        raise ValueError(f"dyt: x's last dimension (channels) must be at least 1, got shape {tuple(x.shape)}")
     if alpha.numel() != 1:
         raise ValueError(f"dyt: alpha must have exactly one element, got shape {tuple(alpha.shape)}")
     if tuple(gamma.shape) != (C,):
