@@ -13,10 +13,9 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-# tanh methods, chosen by dyt.launch and passed as TANH (a constexpr).
-TANH_POLY_EXP = 0  # default: odd polynomial near 0, exp2 and a reciprocal elsewhere; a few float32 ulps
-TANH_LIBDEVICE = 1  # CUDA's libdevice tanhf; has no implementation in Triton's interpreter
-TANH_HW_APPROX = 2  # PTX tanh.approx.f32 (relative error ~2^-11): explicit opt-in, GPU only
+# TANH (a constexpr) numbers the tanh method as dyt.launch.TANH_METHODS does: 0 poly_exp (default: odd
+# polynomial near 0, exp2 and a reciprocal elsewhere; a few float32 ulps), 1 libdevice (CUDA's tanhf; no
+# interpreter implementation), 2 hw_approx (PTX tanh.approx.f32, relative error ~2^-11: opt-in, GPU only).
 
 # Below this |z| the polynomial is used; at and above it, 1 - 2 / (exp(2|z|) + 1).
 _POLY_LIMIT = tl.constexpr(0.6)

@@ -26,7 +26,7 @@ PARTIAL_TRAFFIC_BUDGET = 0.01
 # Programs the interpreter pretends to have SMs for: small, so CPU runs stay quick.
 INTERPRETER_SM_COUNT = 4
 
-TANH_METHODS = {"poly_exp": 0, "libdevice": 1, "hw_approx": 2}
+TANH_METHODS = {"poly_exp": 0, "libdevice": 1, "hw_approx": 2}  # the TANH constexpr of dyt.kernels
 INTERPRETER_TANH_METHODS = {"poly_exp"}
 
 

@@ -55,6 +55,7 @@ def test_compile_checks_in_a_compiler_process(tmp_path):
 
 
 from dyt import kernels  # noqa: E402
+from dyt.launch import TANH_METHODS  # noqa: E402
 
 needs_compiler = pytest.mark.skipif(INTERPRETED, reason="runs in the child process of the test above")
 
@@ -95,7 +96,7 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64):
             "BLOCK_M": block_m,
             "BLOCK_N": block_n,
             "INT64": int64,
-            "TANH": kernels.TANH_POLY_EXP,
+            "TANH": TANH_METHODS["poly_exp"],
             "APPROX": True,
         },
         aligned=["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"],
@@ -109,7 +110,7 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64):
 
 
 @needs_compiler
-@pytest.mark.parametrize("tanh", [kernels.TANH_LIBDEVICE, kernels.TANH_HW_APPROX])
+@pytest.mark.parametrize("tanh", [TANH_METHODS["libdevice"], TANH_METHODS["hw_approx"]])
 def test_gpu_only_tanh_methods_compile_in_the_backward(tanh):
     c = _compile(
         kernels.dyt_bwd_kernel,
@@ -118,11 +119,11 @@ def test_gpu_only_tanh_methods_compile_in_the_backward(tanh):
         aligned=["X", "DY", "DX", "N"],
         num_warps=8,
     )
-    assert ("tanh.approx.f32" in c.asm["ptx"]) == (tanh == kernels.TANH_HW_APPROX)
+    assert ("tanh.approx.f32" in c.asm["ptx"]) == (tanh == TANH_METHODS["hw_approx"])
 
 
 @needs_compiler
-@pytest.mark.parametrize("tanh", [kernels.TANH_LIBDEVICE, kernels.TANH_HW_APPROX])
+@pytest.mark.parametrize("tanh", [TANH_METHODS["libdevice"], TANH_METHODS["hw_approx"]])
 def test_gpu_only_tanh_methods_compile(tanh):
     c = _compile(
         kernels.dyt_fwd_kernel,
@@ -130,7 +131,7 @@ def test_gpu_only_tanh_methods_compile(tanh):
         {"HAS_BETA": False, "BLOCK_M": 8, "BLOCK_N": 512, "INT64": False, "TANH": tanh, "APPROX": True},
         aligned=["X", "Y", "N"],
     )
-    assert ("tanh.approx.f32" in c.asm["ptx"]) == (tanh == kernels.TANH_HW_APPROX)
+    assert ("tanh.approx.f32" in c.asm["ptx"]) == (tanh == TANH_METHODS["hw_approx"])
 
 
 @needs_compiler
@@ -143,7 +144,7 @@ def test_backward_and_finish_compile(dt, block_m, block_n):
             "BLOCK_M": block_m,
             "BLOCK_N": block_n,
             "INT64": False,
-            "TANH": kernels.TANH_POLY_EXP,
+            "TANH": TANH_METHODS["poly_exp"],
             "APPROX": True,
         },
         aligned=["X", "DY", "DX", "N", "stride_xm", "stride_dym", "stride_dxm"],
