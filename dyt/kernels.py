@@ -20,7 +20,7 @@ from triton.language.extra import libdevice
 # Below this |z| the polynomial is used; at and above it, 1 - 2 / (exp(2|z|) + 1).
 _POLY_LIMIT = tl.constexpr(0.6)
 _TWO_LOG2E = tl.constexpr(2.8853900817779268)  # 2 / ln(2): exp(2a) = exp2(2a / ln 2)
-_LOG2E = tl.constexpr(1.4426950408889634)  # exp(-a) = exp2(-a / ln 2)
+_NEG_LOG2E = tl.constexpr(-1.4426950408889634)  # exp(-a) = exp2(a * -1 / ln 2): one multiply
 
 
 @triton.jit
@@ -33,6 +33,20 @@ def _rcp(d, APPROX: tl.constexpr):
                                       is_pure=True, pack=1)  # fmt: skip
     else:
         r = 1.0 / d
+    return r
+
+
+@triton.jit
+def _exp2(x, APPROX: tl.constexpr):
+    """2^x. On the GPU, ex2.approx.ftz (one MUFU): tl.exp2 lowers to the non-ftz form, whose extra
+    compare-and-scale keeps results below 2^-126, which no caller needs (the backward's h = 2^-a log2(e)
+    only gets there past a ~ 87, where sech^2 has underflowed anyway; the forward's argument is >= 0).
+    The interpreter (APPROX=False) uses tl.exp2."""
+    if APPROX:
+        r = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                      is_pure=True, pack=1)  # fmt: skip
+    else:
+        r = tl.exp2(x)
     return r
 
 
@@ -53,7 +67,7 @@ def _tanh(z, TANH: tl.constexpr, APPROX: tl.constexpr):
     """tanh(z) in float32 (the forward's helper). TANH picks the method; the interpreter has only 0."""
     if TANH == 0:
         a = tl.abs(z)
-        t_exp = 1.0 - 2.0 * _rcp(tl.exp2(a * _TWO_LOG2E) + 1.0, APPROX)  # past |z| ~ 44: inf, so t = 1
+        t_exp = 1.0 - 2.0 * _rcp(_exp2(a * _TWO_LOG2E, APPROX) + 1.0, APPROX)  # past |z| ~ 44: inf, so t = 1
         t = tl.where(a < _POLY_LIMIT, _tanh_poly(z), tl.where(z < 0, -t_exp, t_exp))
     elif TANH == 1:
         t = libdevice.tanh(z)
@@ -65,34 +79,34 @@ def _tanh(z, TANH: tl.constexpr, APPROX: tl.constexpr):
 
 
 @triton.jit
-def _one_minus_abs_tanh(a, APPROX: tl.constexpr):
-    """q = 1 - tanh(a) = 2 / (exp(2a) + 1) for a >= 0, down into float32's subnormals.
+def _sech_and_q(a, APPROX: tl.constexpr):
+    """sech(a) = 2h / (1 + h^2) and q = 1 - tanh(a) = h * sech(a), with h = exp(-a), for a >= 0.
 
-    Written as (2 / (1 + h^2)) * h * h with h = exp(-a): exp(2a) would overflow past a ~ 44 and exp(-2a)
-    would be flushed to zero by the hardware exp2 past a ~ 43.7, yet sech^2 = q * (2 - q) stays a
-    nonzero float32 (and bfloat16) subnormal until a ~ 52. The last product rounds correctly there.
+    Both stay accurate down into float32's subnormals: exp(2a) would overflow past a ~ 44, but h only
+    flushes to zero past a ~ 87, long after sech^2 = sech * sech (one rounding, the last product) has
+    underflowed. sech^2 is a nonzero float32 (and bfloat16) subnormal until a ~ 52.
     """
-    h = tl.exp2(-a * _LOG2E)
-    return (2.0 * _rcp(1.0 + h * h, APPROX) * h) * h
+    h = _exp2(a * _NEG_LOG2E, APPROX)
+    sech = (2.0 * _rcp(1.0 + h * h, APPROX)) * h
+    return sech, h * sech
 
 
 @triton.jit
 def _tanh_sech2(z, TANH: tl.constexpr, APPROX: tl.constexpr):
     """tanh(z) and sech(z)^2 = 1 - tanh(z)^2 in float32 (the backward's helper), a few float32 ulps each.
 
-    sech^2 comes from q = 1 - |tanh| as q * (2 - q), never from 1 - t*t, which cancels to zero once |tanh|
-    rounds to 1. NaN propagates; z = +-inf gives tanh = +-1, sech^2 = 0.
+    sech^2 is sech * sech from exp(-|z|) at every z, never 1 - t*t, which cancels to zero once |tanh|
+    rounds to 1. tanh takes the polynomial below |z| = 0.6, where 1 - q would cancel, and 1 - q above.
+    NaN propagates; z = +-inf gives tanh = +-1, sech^2 = 0.
     """
     a = tl.abs(z)
-    q = _one_minus_abs_tanh(a, APPROX)
-    small = a < _POLY_LIMIT
+    sech, q = _sech_and_q(a, APPROX)
     if TANH == 0:
-        t_poly = _tanh_poly(z)
-        t = tl.where(small, t_poly, tl.where(z < 0, q - 1.0, 1.0 - q))
-        sech2 = tl.where(small, 1.0 - t_poly * t_poly, q * (2.0 - q))
+        t = tl.where(a < _POLY_LIMIT, _tanh_poly(z), tl.where(z < 0, q - 1.0, 1.0 - q))
+        sech2 = sech * sech
     elif TANH == 1:
         t = _tanh(z, TANH, APPROX)
-        sech2 = tl.where(small, 1.0 - t * t, q * (2.0 - q))
+        sech2 = sech * sech
     else:  # the hardware approximation's documented opt-in error, sech^2 included
         t = _tanh(z, TANH, APPROX)
         sech2 = 1.0 - t * t
@@ -149,6 +163,10 @@ def dyt_bwd_kernel(
     starting at tile (p // n_col_blocks) * tiles_per_program. Partials go to row p // n_col_blocks of
     PART_DGAMMA/PART_DBETA (shape (groups, N), float32) and to PART_DALPHA[p] (float64);
     dyt_bwd_finish_kernel adds them up.
+
+    The loop is software-pipelined by hand: the next tile's x and dy are loaded before the current tile's
+    arithmetic, so each program keeps two tiles of loads in flight. All three sums are per-lane float32
+    accumulators reduced once at the end, so the loop has no cross-thread reduction and no barrier.
     """
     pid = tl.program_id(0)
     pid_n = pid % n_col_blocks
@@ -160,32 +178,46 @@ def dyt_bwd_kernel(
     gamma = tl.load(GAMMA + cols, mask=col_ok, other=0.0).to(tl.float32)
     acc_dgamma = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_dbeta = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # dalpha sums every element: each tile's terms are added as a float32 tree, and the tile sums in
-    # float64, where a float32 running sum would drift over 2^31 terms. (A float64 lane per element cost
-    # 29 registers and with them half the resident warps: 152 against 123 at 4 x 1024 bf16, 8 warps.)
-    acc_dalpha = tl.zeros((1,), dtype=tl.float64)
+    acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
 
     first_tile = group * tiles_per_program
+    # Rows past this program's run are masked like rows past M, so the prefetch after the last tile
+    # loads nothing.
+    if INT64:
+        row_end = tl.minimum((first_tile.to(tl.int64) + tiles_per_program) * BLOCK_M, M)
+    else:
+        row_end = tl.minimum((first_tile + tiles_per_program) * BLOCK_M, M)
+    rows, _, mask = _tile(first_tile, pid_n, row_end, N, BLOCK_M, BLOCK_N, INT64)
+    x_next = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
+    dy_next = tl.load(DY + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0)
     for i in range(0, tiles_per_program):
-        rows, _, mask = _tile(first_tile + i, pid_n, M, N, BLOCK_M, BLOCK_N, INT64)
-        x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = x_next.to(tl.float32)
+        dy = dy_next.to(tl.float32)
+        tile_rows = rows
+        tile_mask = mask
+        rows, _, mask = _tile(first_tile + i + 1, pid_n, row_end, N, BLOCK_M, BLOCK_N, INT64)
+        x_next = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
+        dy_next = tl.load(DY + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0)
 
-        t, sech2 = _tanh_sech2(alpha * x, TANH, APPROX)
-        dz = (dy * gamma[None, :]) * sech2
+        # Masked right after the arithmetic that can make NaN out of padding (x = dy = gamma = 0 there):
+        # alpha * 0 is NaN for an infinite alpha, and 0 * gamma for an infinite gamma. With z = 0 and
+        # dz = 0, every padding term below is an exact 0.
+        z = tl.where(tile_mask, alpha * x, 0.0)
+        t, sech2 = _tanh_sech2(z, TANH, APPROX)
+        dz = tl.where(tile_mask, (dy * gamma[None, :]) * sech2, 0.0)
         tl.store(
-            DX + rows[:, None] * stride_dxm + cols[None, :], (dz * alpha).to(DX.dtype.element_ty), mask=mask
-        )
-
-        # Masked after the arithmetic: padding lanes hold x = 0, and alpha * 0 is NaN when alpha is inf.
-        # dy needs no mask: its padding lanes are the load's 0.0, untouched by any arithmetic.
-        acc_dgamma += tl.where(mask, dy * t, 0.0)
+            DX + tile_rows[:, None] * stride_dxm + cols[None, :], (dz * alpha).to(DX.dtype.element_ty),
+            mask=tile_mask,
+        )  # fmt: skip
+        acc_dgamma += dy * t
         acc_dbeta += dy
-        acc_dalpha += tl.sum(tl.sum(tl.where(mask, dz * x, 0.0), axis=1), axis=0).to(tl.float64)
+        acc_dalpha += dz * x
 
     tl.store(PART_DGAMMA + group * N + cols, tl.sum(acc_dgamma, axis=0), mask=col_ok)
     tl.store(PART_DBETA + group * N + cols, tl.sum(acc_dbeta, axis=0), mask=col_ok)
-    tl.store(PART_DALPHA + pid + tl.arange(0, 1), acc_dalpha)
+    # One scalar per program in float64: the finish kernel adds programs' sums without float32 drift.
+    dalpha = tl.sum(tl.sum(acc_dalpha, axis=1), axis=0).to(tl.float64)
+    tl.store(PART_DALPHA + pid + tl.arange(0, 1), tl.zeros((1,), dtype=tl.float64) + dalpha)
 
 
 @triton.jit

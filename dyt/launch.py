@@ -22,7 +22,7 @@ GRID_X_LIMIT = 2**31 - 1
 FINISH_BLOCK_G = 8
 FINISH_BLOCK_N = 256
 # Backward partial sums may cost at most this fraction of the backward's main traffic (x, dy, dx).
-PARTIAL_TRAFFIC_BUDGET = 0.01
+PARTIAL_TRAFFIC_BUDGET = 0.018
 # Programs the interpreter pretends to have SMs for: small, so CPU runs stay quick.
 INTERPRETER_SM_COUNT = 4
 

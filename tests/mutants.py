@@ -58,14 +58,18 @@ MUTANTS: dict[str, Mutant] = {
     for m in [
         Mutant(
             name="unmasked_padding",
-            bug="bwd kernel accumulates dy*t and dz*x without tl.where(mask, ..., 0.0)",
+            bug="bwd kernel computes z = alpha * x and dz = dy * gamma * sech2 in padding lanes unmasked",
             module="dyt.kernels",
             targets=(
                 (
                     "dyt_bwd_kernel",
                     (
-                        ("acc_dgamma += tl.where(mask, dy * t, 0.0)", "acc_dgamma += dy * t", 1),
-                        ("tl.sum(tl.where(mask, dz * x, 0.0), axis=1)", "tl.sum(dz * x, axis=1)", 1),
+                        ("z = tl.where(tile_mask, alpha * x, 0.0)", "z = alpha * x", 1),
+                        (
+                            "dz = tl.where(tile_mask, (dy * gamma[None, :]) * sech2, 0.0)",
+                            "dz = (dy * gamma[None, :]) * sech2",
+                            1,
+                        ),
                     ),
                 ),
             ),

@@ -82,3 +82,22 @@ def test_infinite_alpha_and_nan_x_together(path, seed):
     inp.x = x.requires_grad_()
     with path_context(path):
         check_against_reference(inp, run(inp))
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_infinite_gamma_with_padding(path, seed):
+    """An infinite gamma makes dalpha exactly +inf when every term is positive (x, dy, alpha > 0 here).
+    Padding rows hold dy = 0, and 0 * inf = NaN there must not reach the dalpha sum."""
+    width = PATHS[path][0]
+    rows = _padded_rows(path, torch.float32)
+    inp = make_inputs((rows, width), torch.float32, seed=seed)
+    inp.x = (inp.x.detach().abs() + 0.1).requires_grad_()
+    inp.dy = inp.dy.abs() + 0.1
+    gamma = inp.gamma.detach().clone()
+    gamma[width // 3] = math.inf
+    inp.gamma = gamma.requires_grad_()
+    with path_context(path):
+        outs = run(inp)
+    dalpha = float(outs[2])
+    assert dalpha == math.inf, f"dalpha is {dalpha}, expected +inf: NaN means padding rows reached the sum"
+    check_against_reference(inp, outs)

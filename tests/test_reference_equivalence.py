@@ -11,6 +11,7 @@ from dyt import launch, ops, reference, torch_path
 
 from helpers import DTYPES, check_against_reference, device, make_inputs, on_gpu, plans_for, run
 from paths import PATHS, assert_path, path_context
+from tolerances import ulp
 
 pytestmark = pytest.mark.reference_equivalence
 
@@ -182,8 +183,10 @@ def test_interpreter_swaps_gpu_only_tanh_methods(method):
 @pytest.mark.gpu_only
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_gpu_tanh_methods(path, seed):
-    """libdevice meets the whole contract; the opt-in hardware approximation (relative error ~2^-11) is
-    held to its documented error instead: relative L2 below 1e-3 for y and dx."""
+    """libdevice meets the whole contract. The opt-in hardware approximation is held to its documented
+    error instead, element by element: PTX's tanh.approx.f32 has relative error below 2^-10.987, so y may
+    be off by |gamma| 2^-10.9 and dx (through sech^2 = 1 - t^2) by |dy gamma alpha| 2^-9.9, on top of one
+    unit in the last place of the bfloat16 the result is stored in."""
     width = PATHS[path][0]
     inp = make_inputs((300, width), torch.bfloat16, seed=seed, param_dtype=torch.float32)
     with path_context(path), launch.overrides(tanh="libdevice"):
@@ -192,6 +195,12 @@ def test_gpu_tanh_methods(path, seed):
         y, dx, *_ = run(inp)
     y_ref = reference.dyt_forward_reference(inp.x, inp.alpha, inp.gamma, inp.beta)
     dx_ref = reference.dyt_backward_reference(inp.dy, inp.x, inp.alpha, inp.gamma, inp.beta)[0]
-    for name, got, ref in (("y", y, y_ref), ("dx", dx, dx_ref)):
-        rel = float((got.double() - ref).norm() / ref.norm())
-        assert rel < 1e-3, f"hw_approx {name}: relative L2 {rel:.2e}"
+    gamma = inp.gamma.detach().double().abs()
+    scale_dx = (inp.dy.double() * gamma * inp.alpha.detach().double()).abs()
+    for name, got, ref, approx in (("y", y, y_ref, gamma * 2**-10.9), ("dx", dx, dx_ref, scale_dx * 2**-9.9)):
+        allowed = ulp(ref, torch.bfloat16) + approx.expand_as(ref)
+        excess = (got.double() - ref).abs() - allowed
+        worst = int(excess.argmax())
+        off = float((got.double() - ref).abs().view(-1)[worst])
+        limit = float(allowed.view(-1)[worst])
+        assert float(excess.max()) <= 0, f"hw_approx {name}: element {worst} off by {off:.3e} > {limit:.3e}"

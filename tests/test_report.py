@@ -46,7 +46,8 @@ def _perf() -> dict:
 
 
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # keep carried packages
+    env = {**os.environ, "PYTHONPATH": path}
     return subprocess.run(
         [sys.executable, "-m", "dyt", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
