@@ -139,10 +139,21 @@ def table_entry(table: dict, mode: str, itemsize: int, width: int) -> dict:
     raise LookupError(f"launch table has no {mode} entry for width {width}")
 
 
+# A width that would leave more than this fraction of a tile's columns idle (768 in 1024-wide blocks)
+# is split into blocks of its largest power-of-two divisor instead, when that is at least MIN_SPLIT_BLOCK_N.
+MAX_IDLE_COLUMNS = 1 / 8
+MIN_SPLIT_BLOCK_N = 128
+
+
 def tile_shape(entry: dict, width: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, n_col_blocks): narrow rows shrink BLOCK_N to the width and stack more rows."""
+    """(BLOCK_M, BLOCK_N, n_col_blocks): narrow rows shrink BLOCK_N to the width and stack more rows;
+    a width far from a power of two is cut into equal power-of-two blocks rather than padded."""
     tile = entry["BLOCK_M"] * entry["BLOCK_N"]
     block_n = min(entry["BLOCK_N"], next_pow2(width))
+    idle = cdiv(width, block_n) * block_n - width
+    divisor = width & -width  # the largest power of two that divides the width
+    if idle > MAX_IDLE_COLUMNS * width and MIN_SPLIT_BLOCK_N <= divisor < block_n:
+        block_n = divisor
     block_m = entry["BLOCK_M"] if block_n == entry["BLOCK_N"] else max(1, tile // block_n)
     return block_m, block_n, cdiv(width, block_n)
 

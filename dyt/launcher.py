@@ -115,7 +115,8 @@ def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbet
     part_dalpha = _new((plan.n_dalpha_partials,), torch.float64, device)
     kernels.dyt_bwd_kernel[plan.grid](
         x2d, dy2d, dx, alpha, gamma, part_dgamma, part_dbeta, part_dalpha,
-        M, N, x2d.stride(0), dy2d.stride(0), dx.stride(0), plan.n_col_blocks, plan.tiles_per_program,
+        M, N, x2d.stride(0), dy2d.stride(0), dx.stride(0), plan.n_col_blocks, plan.n_groups,
+        plan.tiles_per_program,
         BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64, TANH=plan.tanh,
         APPROX=not interpreter_active(), num_warps=plan.num_warps,
     )  # fmt: skip

@@ -145,3 +145,15 @@ def test_more_than_two_to_the_31_elements(seed):
     assert_close("dalpha", alpha.grad, dalpha.reshape(1), kind="param", storage=torch.float32)
     assert_close("dgamma", gamma.grad, dgamma, kind="param", storage=torch.float32)
     assert_close("dbeta", beta.grad, dbeta, kind="param", storage=torch.float32)
+
+
+@pytest.mark.parametrize(
+    ("width", "block_n", "blocks"), [(768, 256, 3), (1536, 512, 3), (100, 128, 1), (5000, 1024, 5)]
+)
+def test_widths_far_from_a_power_of_two_split_into_equal_blocks(width, block_n, blocks):
+    """768 columns in one 1024-wide block would leave a quarter of every tile idle: three blocks of 256
+    do not. Widths without a large power-of-two divisor (100, 5000) keep their padded blocks."""
+    entry = {"BLOCK_M": 4, "BLOCK_N": 1024, "num_warps": 4}
+    block_m, got_n, got_blocks = launch.tile_shape(entry, width)
+    assert (got_n, got_blocks) == (block_n, blocks)
+    assert block_m * got_n == 4 * 1024, "the tile keeps its size"

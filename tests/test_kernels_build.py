@@ -79,7 +79,7 @@ def _bwd_signature(dt):
     return {"X": f"*{dt}", "DY": f"*{dt}", "DX": f"*{dt}", "ALPHA": "*fp32", "GAMMA": "*fp32",
             "PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp64", "M": "i32", "N": "i32",
             "stride_xm": "i32", "stride_dym": "i32", "stride_dxm": "i32", "n_col_blocks": "i32",
-            "tiles_per_program": "i32"}  # fmt: skip
+            "n_groups": "i32", "tiles_per_program": "i32"}  # fmt: skip
 
 
 @needs_compiler
