@@ -155,14 +155,15 @@ def dyt_bwd_kernel(
     X, DY, DX, ALPHA, GAMMA, PART_DGAMMA, PART_DBETA, PART_DALPHA,
     M, N, stride_xm, stride_dym, stride_dxm, n_col_blocks, n_groups, tiles_per_program,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, TANH: tl.constexpr,
-    APPROX: tl.constexpr,
+    APPROX: tl.constexpr, STRIDED: tl.constexpr,
 ):  # fmt: skip
     """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
 
-    Program p owns column block p % n_col_blocks of row group g = p // n_col_blocks: row tiles g,
-    g + n_groups, g + 2 n_groups, ... (tiles_per_program of them; those past M are masked off). Striding
-    keeps all programs streaming through one region of memory at a time, as a one-tile-per-program grid
-    would. Partials go to row g of PART_DGAMMA/PART_DBETA (shape (n_groups, N), float32) and to
+    Program p owns column block p % n_col_blocks of row group g = p // n_col_blocks, and tiles_per_program
+    row tiles of it: with STRIDED, tiles g, g + n_groups, g + 2 n_groups, ... (all programs stream through
+    one region of memory at a time); otherwise the contiguous run from tile g * tiles_per_program. The
+    launch table picks the order per dtype and width (measured: see NOTES.md). Tiles past M are masked
+    off. Partials go to row g of PART_DGAMMA/PART_DBETA (shape (n_groups, N), float32) and to
     PART_DALPHA[p] (float64); dyt_bwd_finish_kernel adds them up.
 
     The loop is software-pipelined by hand: the next tile's x and dy are loaded before the current tile's
@@ -181,8 +182,20 @@ def dyt_bwd_kernel(
     acc_dbeta = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
 
-    # The prefetch after the last tile lands past M (tile index >= number of tiles) and loads nothing.
-    rows, _, mask = _tile(group, pid_n, M, N, BLOCK_M, BLOCK_N, INT64)
+    # Rows past this program's tiles are masked like rows past M: the prefetch after the last tile loads
+    # nothing.
+    if STRIDED:
+        first = group
+        step = n_groups
+        row_end = M
+    else:
+        first = group * tiles_per_program
+        step = 1
+        if INT64:
+            row_end = tl.minimum((first.to(tl.int64) + tiles_per_program) * BLOCK_M, M)
+        else:
+            row_end = tl.minimum((first + tiles_per_program) * BLOCK_M, M)
+    rows, _, mask = _tile(first, pid_n, row_end, N, BLOCK_M, BLOCK_N, INT64)
     x_next = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
     dy_next = tl.load(DY + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0)
     for i in range(0, tiles_per_program):
@@ -190,7 +203,7 @@ def dyt_bwd_kernel(
         dy = dy_next.to(tl.float32)
         tile_rows = rows
         tile_mask = mask
-        rows, _, mask = _tile(group + (i + 1) * n_groups, pid_n, M, N, BLOCK_M, BLOCK_N, INT64)
+        rows, _, mask = _tile(first + (i + 1) * step, pid_n, row_end, N, BLOCK_M, BLOCK_N, INT64)
         x_next = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
         dy_next = tl.load(DY + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0)
 

@@ -90,6 +90,7 @@ class BwdPlan(TilePlan):
 
     n_groups: int  # row groups: rows of the (n_groups, N) partial buffers
     tiles_per_program: int
+    strided: bool  # row order: a group's tiles strided by n_groups, or one contiguous run
     finish_grid: tuple[int]
 
     @property
@@ -208,5 +209,6 @@ def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", inte
         **_tile_fields(entry, M, N, row_strides, interpreter, tile, n_groups),
         n_groups=n_groups,
         tiles_per_program=tiles_per_program,
+        strided=entry.get("row_order", "chunked") == "strided",
         finish_grid=(cdiv(N, FINISH_BLOCK_N),),
     )

@@ -118,7 +118,7 @@ def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbet
         M, N, x2d.stride(0), dy2d.stride(0), dx.stride(0), plan.n_col_blocks, plan.n_groups,
         plan.tiles_per_program,
         BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64, TANH=plan.tanh,
-        APPROX=not interpreter_active(), num_warps=plan.num_warps,
+        APPROX=not interpreter_active(), STRIDED=plan.strided, num_warps=plan.num_warps,
     )  # fmt: skip
     kernels.dyt_bwd_finish_kernel[plan.finish_grid](
         part_dgamma, part_dbeta, part_dalpha, dgamma, dbeta, dalpha,

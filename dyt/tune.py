@@ -23,6 +23,7 @@ TILES = {
 }
 WIDE_BLOCK_N = [1024, 2048, 4096]
 PROGRAMS_PER_SM = [2, 3, 4, 6]
+ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.kernels.dyt_bwd_kernel
 
 
 def candidates(mode: str, width: int) -> list[dict]:
@@ -33,8 +34,12 @@ def candidates(mode: str, width: int) -> list[dict]:
             if tile < block_n:
                 continue
             entry = {"max_width": None, "BLOCK_M": tile // block_n, "BLOCK_N": block_n, "num_warps": warps}
-            for pps in PROGRAMS_PER_SM if mode == "bwd" else [None]:
-                out.append(entry if pps is None else {**entry, "programs_per_sm": pps})
+            if mode == "fwd":
+                out.append(entry)
+                continue
+            for pps in PROGRAMS_PER_SM:
+                for order in ROW_ORDERS:
+                    out.append({**entry, "programs_per_sm": pps, "row_order": order})
     return out
 
 

@@ -90,7 +90,7 @@ def test_two_to_the_twenty_rows_at_width_64(seed):
 @pytest.mark.gpu_only
 @pytest.mark.parametrize("path", ["row_tiled", "column_blocked"])
 def test_more_rows_than_grid_axis_one_holds_gpu(path, seed):
-    width = {"row_tiled": 768, "column_blocked": 8192}[path]
+    width = {"row_tiled": 1024, "column_blocked": 8192}[path]
     assert_path(path, (70_000, width), torch.bfloat16)
     inp = make_inputs((70_000, width), torch.bfloat16, seed=seed, param_dtype=torch.float32)
     check_against_reference(inp, run(inp))
@@ -157,3 +157,14 @@ def test_widths_far_from_a_power_of_two_split_into_equal_blocks(width, block_n, 
     block_m, got_n, got_blocks = launch.tile_shape(entry, width)
     assert (got_n, got_blocks) == (block_n, blocks)
     assert block_m * got_n == 4 * 1024, "the tile keeps its size"
+
+
+@pytest.mark.parametrize("arch", ["default", "sm90"])
+def test_both_backward_row_orders_are_covered(arch):
+    """The suites run bf16 and fp32 on every path; the tables give them different row orders, so both
+    orders of the backward's persistent loop are exercised. A table change that drops one fails here."""
+    orders = {
+        itemsize: launch.plan_backward(4096, 100, itemsize, (100, 100, 100), sm_count=4, arch=arch).strided
+        for itemsize in (2, 4)
+    }
+    assert orders == {2: False, 4: True}, f"{arch}: strided per itemsize {orders}"

@@ -115,7 +115,7 @@ def test_gpu_only_tanh_methods_compile_in_the_backward(tanh):
     c = _compile(
         kernels.dyt_bwd_kernel,
         _bwd_signature("bf16"),
-        {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": tanh, "APPROX": True},
+        {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": tanh, "APPROX": True, "STRIDED": False},
         aligned=["X", "DY", "DX", "N"],
         num_warps=8,
     )
@@ -136,7 +136,8 @@ def test_gpu_only_tanh_methods_compile(tanh):
 
 @needs_compiler
 @pytest.mark.parametrize(("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 4, 1024)])
-def test_backward_and_finish_compile(dt, block_m, block_n):
+@pytest.mark.parametrize("strided", [False, True], ids=["chunked", "strided"])
+def test_backward_and_finish_compile(dt, block_m, block_n, strided):
     c = _compile(
         kernels.dyt_bwd_kernel,
         _bwd_signature(dt),
@@ -146,12 +147,13 @@ def test_backward_and_finish_compile(dt, block_m, block_n):
             "INT64": False,
             "TANH": TANH_METHODS["poly_exp"],
             "APPROX": True,
+            "STRIDED": strided,
         },
         aligned=["X", "DY", "DX", "N", "stride_xm", "stride_dym", "stride_dxm"],
     )
     ptx = c.asm["ptx"]
     assert not ATOMIC.search(ptx), "reductions must not use atomics (determinism)"
-    assert "div.full" not in ptx and "ex2.approx" in ptx
+    assert "div.full" not in ptx and "ex2.approx.ftz" in ptx
     assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx)
     finish = _compile(
         kernels.dyt_bwd_finish_kernel,
