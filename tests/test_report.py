@@ -203,6 +203,26 @@ def test_gate_margin_is_absolute_in_ratio():
     assert bench.gate(_regressed(0.06), _perf(), margin=0.1).code == bench.GATE_OK
 
 
+def test_gate_compares_graph_ratios_when_both_runs_have_them():
+    """Host jitter moves the do_bench ratio; the CUDA-graph ratio is what the gate reads when it exists."""
+    base, jittery, slower = _perf(), _perf(), _perf()
+    for data in (base, jittery, slower):
+        for rec in data["records"]:
+            if rec["provider"] == "dyt" and rec["ratio_to_ceiling"] is not None:
+                rec["graph_ratio_to_ceiling"] = 0.9
+    key = (65536, 1024, "bfloat16", "bfloat16", "fwd")
+    for rec in jittery["records"]:
+        if rec["provider"] == "dyt" and bench.record_key(rec) == key:
+            rec["ratio_to_ceiling"] -= 0.3  # the host got slower; the kernel did not
+    for rec in slower["records"]:
+        if rec["provider"] == "dyt" and bench.record_key(rec) == key:
+            rec["graph_ratio_to_ceiling"] = 0.8  # the kernel got slower
+    assert bench.gate(jittery, base).code == bench.GATE_OK
+    result = bench.gate(slower, base)
+    assert result.code == bench.GATE_REGRESSION
+    assert any("graph_ratio_to_ceiling 0.900 -> 0.800" in line for line in result.lines)
+
+
 def test_gate_judges_only_our_rows():
     data = _perf()
     for rec in data["records"]:
