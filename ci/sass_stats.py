@@ -1,0 +1,92 @@
+"""Registers and SASS instructions per element of the kernels, compiled for sm_90 on any machine.
+
+    python ci/sass_stats.py bwd bf16 1x1024x4 2x1024x8      # mode, dtype, BLOCK_MxBLOCK_Nxnum_warps ...
+    python ci/sass_stats.py fwd fp32 4x1024x4
+
+Compiles with triton.compile for Hopper (no GPU needed; Triton's wheel carries ptxas and cuobjdump), reads
+the register count from `cuobjdump -res-usage`, and counts the SASS of the backward's persistent loop
+(the instructions between the loop's backward branch and its target) or of the whole forward kernel.
+Dev tool for NOTES.md: where the instruction budget per element goes.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+os.environ.pop("TRITON_INTERPRET", None)
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import test_kernels_build as build  # noqa: E402
+import triton  # noqa: E402
+
+from dyt import kernels  # noqa: E402
+from dyt.launch import TANH_METHODS  # noqa: E402
+
+CUOBJDUMP = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+INSTRUCTION = re.compile(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+
+
+def compile_kernel(mode: str, dt: str, block_m: int, block_n: int, warps: int):
+    common = {"BLOCK_M": block_m, "BLOCK_N": block_n, "INT64": False, "TANH": TANH_METHODS["poly_exp"],
+              "APPROX": True}  # fmt: skip
+    if mode == "bwd":
+        aligned = ["X", "DY", "DX", "GAMMA", "N", "stride_xm", "stride_dym", "stride_dxm"]
+        return build._compile(kernels.dyt_bwd_kernel, build._bwd_signature(dt), {**common, "STRIDED": False},
+                              aligned=aligned, num_warps=warps)  # fmt: skip
+    return build._compile(kernels.dyt_fwd_kernel, build._fwd_signature(dt), {**common, "HAS_BETA": True},
+                          aligned=["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"],
+                          num_warps=warps)  # fmt: skip
+
+
+def sass_of(cubin: bytes) -> tuple[int, list[tuple[int, str]]]:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run([CUOBJDUMP, "-res-usage", f.name], capture_output=True, text=True).stdout
+        sass = subprocess.run([CUOBJDUMP, "-sass", f.name], capture_output=True, text=True).stdout
+    regs = int(re.search(r"REG:(\d+)", usage).group(1))
+    return regs, [(int(m.group(1), 16), m.group(2)) for m in map(INSTRUCTION.match, sass.splitlines()) if m]
+
+
+def loop_body(instructions: list[tuple[int, str]]) -> list[str]:
+    """The instructions of the last backward branch's loop (the persistent loop of the backward)."""
+    body: list[str] = []
+    for addr, text in instructions:
+        target = re.search(r"BRA\s+0x([0-9a-f]+)", text)
+        if target and int(target.group(1), 16) < addr:
+            body = [t for a, t in instructions if int(target.group(1), 16) <= a <= addr]
+    return body
+
+
+def opcode(text: str) -> str:
+    words = text.split()
+    word = words[1] if words[0].startswith("@") else words[0]
+    return word.split(".")[0]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[0] not in ("fwd", "bwd"):
+        print(__doc__)
+        return 2
+    mode, dt = argv[0], argv[1]
+    for config in argv[2:]:
+        block_m, block_n, warps = map(int, config.split("x"))
+        per_thread = block_m * block_n // (32 * warps)
+        regs, instructions = sass_of(compile_kernel(mode, dt, block_m, block_n, warps).asm["cubin"])
+        counted = loop_body(instructions) if mode == "bwd" else [t for _, t in instructions]
+        ops = collections.Counter(map(opcode, counted)).most_common(10)
+        print(f"{mode} {dt} {block_m}x{block_n} {warps} warps: {regs} registers, {per_thread} elements per "
+              f"thread, {len(counted)} SASS {'in the loop' if mode == 'bwd' else 'in the kernel'} = "
+              f"{len(counted) / per_thread:.1f} per element; {dict(ops)}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
