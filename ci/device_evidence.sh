@@ -1,22 +1,44 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine: the GPU matrix (one worker per GPU), the host-overhead probe, optionally
-# the tuner (DYT_TUNE=1, rewrites dyt/tables/sm90.json), the full bench and the report; everything tarred
-# into $OUT/reports.tgz (the device tool returns few files). DYT_BENCH_ARGS holds extra bench arguments.
+# One call on a lent GPU machine (no nox, no network): the GPU matrix on every visible GPU through
+# ci/entry.sh (one xdist worker each), then the bench alone on GPU 0, then the report; everything tarred
+# into $OUT/reports.tgz (the device tool returns few files). What made reports/baselines/h200x2-68785cd/.
+#
+#   DYT_GIT_SHA=<sha7> bash ci/device_evidence.sh          (carry .whl/ holding junitparser, liger-kernel)
+#
+# Environment: DYT_TUNE=1 first rewrites dyt/tables/sm90.json with `python -m dyt tune` on GPU 0;
+# DYT_BENCH_ARGS replaces the bench selection; DYT_MATRIX_S / DYT_BENCH_S / DYT_TUNE_S are time limits.
 set -uo pipefail
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
-OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT" reports
-nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv > reports/gpu.txt
-start=$SECONDS
-timeout "${DYT_TEST_BUDGET:-330}" python3 -m dyt.gpu_matrix -q --durations=12 > reports/gpu_tests.log 2>&1
-echo "gpu_tests rc=$? in $((SECONDS - start)) s"; tail -n 8 reports/gpu_tests.log
-start=$SECONDS
-timeout 90 python3 ci/host_overhead.py > reports/host_overhead.log 2>&1; echo "host probe rc=$?"
-if [ "${DYT_TUNE:-0}" = 1 ]; then
-  CUDA_VISIBLE_DEVICES=0 timeout "${DYT_TUNE_BUDGET:-200}" python3 -m dyt tune --budget-s "$(( ${DYT_TUNE_BUDGET:-200} - 30 ))" > reports/tune.log 2>&1
-  echo "tune rc=$?"; cp dyt/tables/sm90.json reports/ 2>/dev/null
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT" reports/perf
+if compgen -G ".whl/*.whl" >/dev/null; then
+  pip install -q --no-deps --target /tmp/site .whl/*.whl 2>&1 | grep -v WARNING
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-read -r -a bench_args <<< "${DYT_BENCH_ARGS:-}"
-CUDA_VISIBLE_DEVICES=0 timeout "${DYT_BENCH_BUDGET:-300}" python3 -m dyt bench "${bench_args[@]}" > reports/bench.log 2>&1
-echo "bench rc=$? in $((SECONDS - start)) s"; tr '\r' '\n' < reports/bench.log | grep -v '^bench:' | tail -n 4
-python3 -m dyt report --reports reports > reports/report.log 2>&1; echo "report rc=$?"
-tar czf "$OUT/reports.tgz" reports; ls -la "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv >reports/gpu.txt
+
+if [ "${DYT_TUNE:-0}" = 1 ]; then
+  start=$SECONDS
+  CUDA_VISIBLE_DEVICES=0 timeout "${DYT_TUNE_S:-300}" python3 -m dyt tune \
+    --budget-s "$((${DYT_TUNE_S:-300} - 30))" >reports/tune.log 2>&1
+  echo "tune rc=$? in $((SECONDS - start)) s"
+  cp dyt/tables/sm90.json reports/
+fi
+
+start=$SECONDS
+DYT_SKIP_BENCH=1 timeout "${DYT_MATRIX_S:-300}" bash ci/entry.sh -q --durations=20 >reports/entry.log 2>&1
+echo "matrix (ci/entry.sh) rc=$? in $((SECONDS - start)) s"
+grep -E "passed|failed" reports/entry.log | tail -n 2
+grep -E "^FAILED" reports/entry.log | head -n 20
+
+default_bench="--providers dyt,eager,liger --shapes bandwidth,small,model,mixed --dtypes bf16,fp32 --modes fwd,bwd"
+read -r -a bench_args <<<"${DYT_BENCH_ARGS:-$default_bench}"
+start=$SECONDS
+CUDA_VISIBLE_DEVICES=0 timeout "${DYT_BENCH_S:-330}" python3 -m dyt bench "${bench_args[@]}" >reports/bench.log 2>&1
+echo "bench rc=$? in $((SECONDS - start)) s"
+tr '\r' '\n' <reports/bench.log | grep -v '^bench:' | tail -n 3
+
+python3 -m dyt report --reports reports >reports/report.log 2>&1
+echo "report rc=$?"
+tar czf "$OUT/reports.tgz" reports
+ls -la "$OUT"
