@@ -202,11 +202,7 @@ def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", inte
     # Each row group writes and the finish kernel reads 2 x N float32 partials: cap the groups so that
     # this stays under the budget (3 * M * N * itemsize bytes of main traffic).
     budget_groups = int(PARTIAL_TRAFFIC_BUDGET * 3 * M * itemsize / 16)
-    # The budget binds at bandwidth shapes; a small problem still gets one program per SM (2048 x 4096 bf16
-    # would otherwise run 52 programs on 132 SMs), its partials being cheap in time if not in ratio.
-    floor_groups = cdiv(sm_count, tile[2])
-    wanted = (entry["programs_per_sm"] * sm_count) // tile[2]
-    target_groups = max(1, min(wanted, max(budget_groups, floor_groups), n_tiles))
+    target_groups = max(1, min((entry["programs_per_sm"] * sm_count) // tile[2], budget_groups, n_tiles))
     tiles_per_program = cdiv(n_tiles, target_groups)
     n_groups = cdiv(n_tiles, tiles_per_program)
     return BwdPlan(
