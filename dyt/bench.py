@@ -434,23 +434,17 @@ def graph_time_ms(fn, mode: str, inputs, reps: int = 20, replays: int = 7) -> fl
     leaves = _leaves(inputs)
     dy = inputs["dy"]
     wanted = [t for t in leaves if t is not None]
-
-    def graph_call():
-        if mode == "bwd":
-            y = fn(*leaves)
-            return lambda: torch.autograd.grad(y, wanted, dy, retain_graph=True)
-        if mode == "fwdbwd":
-            return lambda: torch.autograd.grad(fn(*leaves), wanted, dy)
-        if mode == "fwd_nograd":
-            args = [inputs[k] for k in ("x", "alpha", "gamma", "beta")]
-            return lambda: torch.no_grad()(fn)(*args)
-        return lambda: fn(*leaves)
-
-    try:
-        return replay_median_ms(graph_call(), reps, replays)
-    except RuntimeError:  # the first backward capture of a process can fail: once more, with a fresh graph
-        torch.cuda.synchronize()
-        return replay_median_ms(graph_call(), reps, replays)
+    if mode == "bwd":
+        y = fn(*leaves)
+        call = lambda: torch.autograd.grad(y, wanted, dy, retain_graph=True)
+    elif mode == "fwdbwd":
+        call = lambda: torch.autograd.grad(fn(*leaves), wanted, dy)
+    elif mode == "fwd_nograd":
+        args = [inputs[k] for k in ("x", "alpha", "gamma", "beta")]
+        call = lambda: torch.no_grad()(fn)(*args)
+    else:
+        call = lambda: fn(*leaves)
+    return replay_median_ms(call, reps, replays)
 
 
 def replay_median_ms(call, reps: int = 20, replays: int = 7) -> float:
