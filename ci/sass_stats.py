@@ -1,6 +1,6 @@
 """Registers and SASS instructions per element of the kernels, compiled for sm_90 on any machine.
 
-    python ci/sass_stats.py bwd bf16 1x1024x4 2x1024x8      # mode, dtype, BLOCK_MxBLOCK_Nxnum_warps ...
+    python ci/sass_stats.py bwd bf16 1x1024x4 2x1024x8x4  # mode, dtype, BLOCK_MxBLOCK_Nxwarps[xNUM_STAGES]
     python ci/sass_stats.py fwd fp32 4x1024x4
 
 Compiles with triton.compile for Hopper (no GPU needed; Triton's wheel carries ptxas and cuobjdump), reads
@@ -33,12 +33,13 @@ CUOBJDUMP = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 INSTRUCTION = re.compile(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 
 
-def compile_kernel(mode: str, dt: str, block_m: int, block_n: int, warps: int):
+def compile_kernel(mode: str, dt: str, block_m: int, block_n: int, warps: int, stages: int = 3):
     common = {"BLOCK_M": block_m, "BLOCK_N": block_n, "INT64": False, "TANH": TANH_METHODS["poly_exp"],
               "APPROX": True}  # fmt: skip
     if mode == "bwd":
         aligned = ["X", "DY", "DX", "GAMMA", "N", "stride_xm", "stride_dym", "stride_dxm"]
-        return build._compile(kernels.dyt_bwd_kernel, build._bwd_signature(dt), {**common, "STRIDED": False},
+        constexprs = {**common, "STRIDED": False, "NUM_STAGES": stages}
+        return build._compile(kernels.dyt_bwd_kernel, build._bwd_signature(dt), constexprs,
                               aligned=aligned, num_warps=warps)  # fmt: skip
     return build._compile(kernels.dyt_fwd_kernel, build._fwd_signature(dt), {**common, "HAS_BETA": True},
                           aligned=["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"],
@@ -77,12 +78,14 @@ def main(argv: list[str]) -> int:
         return 2
     mode, dt = argv[0], argv[1]
     for config in argv[2:]:
-        block_m, block_n, warps = map(int, config.split("x"))
+        block_m, block_n, warps, *stages = map(int, config.split("x"))
         per_thread = block_m * block_n // (32 * warps)
-        regs, instructions = sass_of(compile_kernel(mode, dt, block_m, block_n, warps).asm["cubin"])
+        compiled = compile_kernel(mode, dt, block_m, block_n, warps, *stages)
+        regs, instructions = sass_of(compiled.asm["cubin"])
         counted = loop_body(instructions) if mode == "bwd" else [t for _, t in instructions]
         ops = collections.Counter(map(opcode, counted)).most_common(10)
-        print(f"{mode} {dt} {block_m}x{block_n} {warps} warps: {regs} registers, {per_thread} elements per "
+        print(f"{mode} {dt} {config} ({warps} warps): {regs} registers, {compiled.metadata.shared} B shared, "
+              f"{per_thread} elements per "
               f"thread, {len(counted)} SASS {'in the loop' if mode == 'bwd' else 'in the kernel'} = "
               f"{len(counted) / per_thread:.1f} per element; {dict(ops)}")  # fmt: skip
     return 0

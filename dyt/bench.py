@@ -434,8 +434,14 @@ def graph_time_ms(fn, mode: str, inputs, reps: int = 20, replays: int = 7) -> fl
     leaves = _leaves(inputs)
     dy = inputs["dy"]
     wanted = [t for t in leaves if t is not None]
+    # One side stream for everything: autograd runs a backward on the stream of its forward, so y is made
+    # on the stream that the capture then records (made on the default stream, the captured backward
+    # would run outside the capture).
+    side = torch.cuda.Stream()
     if mode == "bwd":
-        y = fn(*leaves)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y = fn(*leaves)
         call = lambda: torch.autograd.grad(y, wanted, dy, retain_graph=True)
     elif mode == "fwdbwd":
         call = lambda: torch.autograd.grad(fn(*leaves), wanted, dy)
@@ -444,23 +450,24 @@ def graph_time_ms(fn, mode: str, inputs, reps: int = 20, replays: int = 7) -> fl
         call = lambda: torch.no_grad()(fn)(*args)
     else:
         call = lambda: fn(*leaves)
-    return replay_median_ms(call, reps, replays)
+    return replay_median_ms(call, reps, replays, stream=side)
 
 
-def replay_median_ms(call, reps: int = 20, replays: int = 7) -> float:
+def replay_median_ms(call, reps: int = 20, replays: int = 7, stream=None) -> float:
     """Median device time of call() with the host taken out: `reps` calls captured in one CUDA graph
-    (after 3 warm calls on a side stream: compiling and allocating outside the capture), replayed
-    `replays` times between CUDA events. `python -m dyt tune` times its candidates with it too."""
+    (after 3 warm calls on the side stream the capture then uses: compiling and allocating outside the
+    capture), replayed `replays` times between CUDA events. `python -m dyt tune` times its candidates
+    with it too."""
     import torch
 
-    stream = torch.cuda.Stream()
+    stream = stream or torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(3):
             call()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):
         for _ in range(reps):
             call()
     graph.replay()

@@ -155,7 +155,7 @@ def dyt_bwd_kernel(
     X, DY, DX, ALPHA, GAMMA, PART_DGAMMA, PART_DBETA, PART_DALPHA,
     M, N, stride_xm, stride_dym, stride_dxm, n_col_blocks, n_groups, tiles_per_program,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, TANH: tl.constexpr,
-    APPROX: tl.constexpr, STRIDED: tl.constexpr,
+    APPROX: tl.constexpr, STRIDED: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):  # fmt: skip
     """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
 
@@ -166,9 +166,10 @@ def dyt_bwd_kernel(
     off. Partials go to row g of PART_DGAMMA/PART_DBETA (shape (n_groups, N), float32) and to
     PART_DALPHA[p] (float64); dyt_bwd_finish_kernel adds them up.
 
-    The loop is software-pipelined by hand: the next tile's x and dy are loaded before the current tile's
-    arithmetic, so each program keeps two tiles of loads in flight. All three sums are per-lane float32
-    accumulators reduced once at the end, so the loop has no cross-thread reduction and no barrier.
+    The loop is pipelined by Triton (NUM_STAGES > 1 on the GPU): x and dy of the next NUM_STAGES - 1 tiles
+    are copied to shared memory asynchronously (cp.async) while this tile is computed, so the loads in
+    flight cost shared memory, not registers, and more programs fit on an SM. All three sums are per-lane
+    float32 accumulators reduced once at the end, so the loop has no cross-thread reduction.
     """
     pid = tl.program_id(0)
     pid_n = pid % n_col_blocks
@@ -182,8 +183,7 @@ def dyt_bwd_kernel(
     acc_dbeta = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
 
-    # Rows past this program's tiles are masked like rows past M: the prefetch after the last tile loads
-    # nothing.
+    # Rows past this program's tiles are masked like rows past M.
     if STRIDED:
         first = group
         step = n_groups
@@ -195,27 +195,19 @@ def dyt_bwd_kernel(
             row_end = tl.minimum((first.to(tl.int64) + tiles_per_program) * BLOCK_M, M)
         else:
             row_end = tl.minimum((first + tiles_per_program) * BLOCK_M, M)
-    rows, _, mask = _tile(first, pid_n, row_end, N, BLOCK_M, BLOCK_N, INT64)
-    x_next = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
-    dy_next = tl.load(DY + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0)
-    for i in range(0, tiles_per_program):
-        x = x_next.to(tl.float32)
-        dy = dy_next.to(tl.float32)
-        tile_rows = rows
-        tile_mask = mask
-        rows, _, mask = _tile(first + (i + 1) * step, pid_n, row_end, N, BLOCK_M, BLOCK_N, INT64)
-        x_next = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
-        dy_next = tl.load(DY + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0)
+    for i in tl.range(0, tiles_per_program, num_stages=NUM_STAGES):
+        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, BLOCK_M, BLOCK_N, INT64)
+        x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)
 
         # Masked right after the arithmetic that can make NaN out of padding (x = dy = gamma = 0 there):
         # alpha * 0 is NaN for an infinite alpha, and 0 * gamma for an infinite gamma. With z = 0 and
         # dz = 0, every padding term below is an exact 0.
-        z = tl.where(tile_mask, alpha * x, 0.0)
+        z = tl.where(mask, alpha * x, 0.0)
         t, sech2 = _tanh_sech2(z, TANH, APPROX)
-        dz = tl.where(tile_mask, (dy * gamma[None, :]) * sech2, 0.0)
+        dz = tl.where(mask, (dy * gamma[None, :]) * sech2, 0.0)
         tl.store(
-            DX + tile_rows[:, None] * stride_dxm + cols[None, :], (dz * alpha).to(DX.dtype.element_ty),
-            mask=tile_mask,
+            DX + rows[:, None] * stride_dxm + cols[None, :], (dz * alpha).to(DX.dtype.element_ty), mask=mask
         )  # fmt: skip
         acc_dgamma += dy * t
         acc_dbeta += dy

@@ -19,8 +19,12 @@ TABLES = pathlib.Path(__file__).parent / "tables"
 INT32_LIMIT = 2**31 - 1
 # CUDA's limit on grid axis 0 (axes 1 and 2 hold only 65,535, which is why nothing goes there).
 GRID_X_LIMIT = 2**31 - 1
-FINISH_BLOCK_G = 8
-FINISH_BLOCK_N = 256
+# The finishing reduction: each program adds the (n_groups, BLOCK_N) partials of its columns, FINISH_TILE
+# of them per step, so that few dependent steps are needed (see finish_tile).
+FINISH_TILE = 4096
+FINISH_MIN_BLOCK_N = 16  # 64-byte float32 row segments: two 32-byte sectors, no waste
+FINISH_MAX_BLOCK_N = 256
+FINISH_NUM_WARPS = 8
 # Backward partial sums may cost at most this fraction of the backward's main traffic (x, dy, dx).
 PARTIAL_TRAFFIC_BUDGET = 0.018
 # Programs the interpreter pretends to have SMs for: small, so CPU runs stay quick.
@@ -91,6 +95,9 @@ class BwdPlan(TilePlan):
     n_groups: int  # row groups: rows of the (n_groups, N) partial buffers
     tiles_per_program: int
     strided: bool  # row order: a group's tiles strided by n_groups, or one contiguous run
+    num_stages: int  # Triton's loop pipelining: tiles whose loads are in flight (1: none)
+    finish_block_g: int
+    finish_block_n: int
     finish_grid: tuple[int]
 
     @property
@@ -202,13 +209,30 @@ def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", inte
     # Each row group writes and the finish kernel reads 2 x N float32 partials: cap the groups so that
     # this stays under the budget (3 * M * N * itemsize bytes of main traffic).
     budget_groups = int(PARTIAL_TRAFFIC_BUDGET * 3 * M * itemsize / 16)
-    target_groups = max(1, min((entry["programs_per_sm"] * sm_count) // tile[2], budget_groups, n_tiles))
+    # The budget binds at bandwidth shapes; a small problem still gets one program per SM (2048 x 4096 bf16
+    # would otherwise run 52 programs on 132 SMs), its partials being cheap in time if not in ratio.
+    floor_groups = cdiv(sm_count, tile[2])
+    wanted = (entry["programs_per_sm"] * sm_count) // tile[2]
+    target_groups = max(1, min(wanted, max(budget_groups, floor_groups), n_tiles))
     tiles_per_program = cdiv(n_tiles, target_groups)
     n_groups = cdiv(n_tiles, tiles_per_program)
+    finish_g, finish_n = finish_tile(N, sm_count)
     return BwdPlan(
         **_tile_fields(entry, M, N, row_strides, interpreter, tile, n_groups),
         n_groups=n_groups,
         tiles_per_program=tiles_per_program,
         strided=entry.get("row_order", "chunked") == "strided",
-        finish_grid=(cdiv(N, FINISH_BLOCK_N),),
+        num_stages=entry["num_stages"],
+        finish_block_g=finish_g,
+        finish_block_n=finish_n,
+        finish_grid=(cdiv(N, finish_n),),
     )
+
+
+def finish_tile(N: int, sm_count: int) -> tuple[int, int]:
+    """(BLOCK_G, BLOCK_N) of the finishing reduction. Its programs split the columns only, so narrow
+    blocks give it enough programs to spread the partial read over the SMs (one 256-column program per
+    1024-wide row read all 400 partial rows alone, ~40 us, before this); FINISH_TILE // BLOCK_N groups per
+    step keep its loop short."""
+    block_n = min(max(next_pow2(cdiv(N, sm_count)), FINISH_MIN_BLOCK_N), FINISH_MAX_BLOCK_N)
+    return FINISH_TILE // block_n, block_n

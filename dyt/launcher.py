@@ -110,19 +110,40 @@ def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbet
     dgamma = _new((N,), _staged(dgamma_dtype), device)
     dbeta = _new((N,), _staged(dbeta_dtype), device)
     plan = backward_plan(x2d, dy2d)
-    part_dgamma = _new((plan.n_groups, N), torch.float32, device)
-    part_dbeta = _new((plan.n_groups, N), torch.float32, device)
-    part_dalpha = _new((plan.n_dalpha_partials,), torch.float64, device)
+    partials = backward_partials(plan, device)
+    launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials)
+    launch_backward_finish(plan, partials, dgamma, dbeta, dalpha)
+    return dx.to(dx_dtype), dalpha.to(dalpha_dtype), dgamma.to(dgamma_dtype), dbeta.to(dbeta_dtype)
+
+
+def backward_partials(plan: launch.BwdPlan, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The main kernel's partial sums: dgamma and dbeta per row group (float32), dalpha per program
+    (float64)."""
+    return (
+        _new((plan.n_groups, plan.N), torch.float32, device),
+        _new((plan.n_groups, plan.N), torch.float32, device),
+        _new((plan.n_dalpha_partials,), torch.float64, device),
+    )
+
+
+def launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials) -> None:
+    """dyt_bwd_kernel: dx, and the partials (ci/bwd_split.py times it apart from the finish)."""
     kernels.dyt_bwd_kernel[plan.grid](
-        x2d, dy2d, dx, alpha, gamma, part_dgamma, part_dbeta, part_dalpha,
-        M, N, x2d.stride(0), dy2d.stride(0), dx.stride(0), plan.n_col_blocks, plan.n_groups,
+        x2d, dy2d, dx, alpha, gamma, *partials,
+        plan.M, plan.N, x2d.stride(0), dy2d.stride(0), dx.stride(0), plan.n_col_blocks, plan.n_groups,
         plan.tiles_per_program,
         BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64, TANH=plan.tanh,
-        APPROX=not interpreter_active(), STRIDED=plan.strided, num_warps=plan.num_warps,
+        APPROX=not interpreter_active(), STRIDED=plan.strided, NUM_STAGES=plan.num_stages,
+        num_warps=plan.num_warps,
     )  # fmt: skip
-    kernels.dyt_bwd_finish_kernel[plan.finish_grid](
-        part_dgamma, part_dbeta, part_dalpha, dgamma, dbeta, dalpha,
-        N, plan.n_groups, plan.n_dalpha_partials,
-        BLOCK_G=launch.FINISH_BLOCK_G, BLOCK_N=launch.FINISH_BLOCK_N, num_warps=4,
+
+
+def launch_backward_finish(plan, partials, dgamma, dbeta, dalpha, tile=None, num_warps=None) -> None:
+    """dyt_bwd_finish_kernel: the partials added up in a fixed order. tile=(BLOCK_G, BLOCK_N) and
+    num_warps override the plan's (ci/bwd_split.py compares finishing tiles)."""
+    block_g, block_n = tile or (plan.finish_block_g, plan.finish_block_n)
+    grid = plan.finish_grid if tile is None else (launch.cdiv(plan.N, block_n),)
+    kernels.dyt_bwd_finish_kernel[grid](
+        *partials, dgamma, dbeta, dalpha, plan.N, plan.n_groups, plan.n_dalpha_partials,
+        BLOCK_G=block_g, BLOCK_N=block_n, num_warps=num_warps or launch.FINISH_NUM_WARPS,
     )  # fmt: skip
-    return dx.to(dx_dtype), dalpha.to(dalpha_dtype), dgamma.to(dgamma_dtype), dbeta.to(dbeta_dtype)

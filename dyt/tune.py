@@ -15,19 +15,22 @@ from dyt import launch
 
 WIDTH_BUCKETS = [64, 128, 256, 512, 1024, 2048, 4096, 8192, None]
 BUCKET_DTYPES = {"16bit": "bfloat16", "fp32": "float32"}
-# (elements per tile, num_warps). The backward keeps three float32 accumulators per element and the next
-# tile's loads in registers, so it stays at 8-16 elements per thread (72-180 registers on sm_90).
+# (elements per tile, num_warps). The backward keeps three float32 accumulators per element in registers
+# (its loads in flight sit in shared memory, see NUM_STAGES), so it stays at 8-16 elements per thread.
 TILES = {
     "fwd": [(1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8)],
-    "bwd": [(1024, 4), (2048, 8), (2048, 4), (4096, 8)],
+    "bwd": [(1024, 4), (2048, 4), (4096, 8)],
 }
-WIDE_BLOCK_N = [1024, 2048, 4096]
-PROGRAMS_PER_SM = [2, 3, 4, 6]
+# Column blocks tried for rows wider than 2048. The backward also tries 512: under the partial-traffic
+# budget its programs number (row groups) x (column blocks), so narrower blocks allow more of them.
+WIDE_BLOCK_N = {"fwd": [1024, 2048, 4096], "bwd": [512, 1024, 2048]}
+PROGRAMS_PER_SM = [3, 4, 6, 8]
+NUM_STAGES = [3, 4]  # the backward loop's pipelining depth (dyt.kernels.dyt_bwd_kernel)
 ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.kernels.dyt_bwd_kernel
 
 
 def candidates(mode: str, width: int) -> list[dict]:
-    block_ns = [launch.next_pow2(width)] if width <= 2048 else WIDE_BLOCK_N
+    block_ns = [launch.next_pow2(width)] if width <= 2048 else WIDE_BLOCK_N[mode]
     out = []
     for block_n in block_ns:
         for tile, warps in TILES[mode]:
@@ -39,7 +42,9 @@ def candidates(mode: str, width: int) -> list[dict]:
                 continue
             for pps in PROGRAMS_PER_SM:
                 for order in ROW_ORDERS:
-                    out.append({**entry, "programs_per_sm": pps, "row_order": order})
+                    for stages in NUM_STAGES:
+                        knobs = {"programs_per_sm": pps, "row_order": order, "num_stages": stages}
+                        out.append({**entry, **knobs})
     return out
 
 

@@ -64,9 +64,9 @@ MUTANTS: dict[str, Mutant] = {
                 (
                     "dyt_bwd_kernel",
                     (
-                        ("z = tl.where(tile_mask, alpha * x, 0.0)", "z = alpha * x", 1),
+                        ("z = tl.where(mask, alpha * x, 0.0)", "z = alpha * x", 1),
                         (
-                            "dz = tl.where(tile_mask, (dy * gamma[None, :]) * sech2, 0.0)",
+                            "dz = tl.where(mask, (dy * gamma[None, :]) * sech2, 0.0)",
                             "dz = (dy * gamma[None, :]) * sech2",
                             1,
                         ),

@@ -58,12 +58,39 @@ def test_narrow_rows_are_tiled_several_per_program(width, itemsize):
     assert fwd.grid[0] <= 2**20 // 4, "forward launches one program per row or close to it"
 
 
-@pytest.mark.parametrize("width", [4096, 8192, 16384])
-def test_backward_partials_stay_small_at_bandwidth_shapes(width):
+BANDWIDTH_WIDTHS = (64, 128, 256, 512, 768, 1024, 2048, 4096, 8192, 16384)
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("width", BANDWIDTH_WIDTHS)
+def test_backward_partials_stay_small_at_bandwidth_shapes(width, itemsize):
     rows = 2**26 // width
-    _, bwd = _plans(rows, width, 2)
-    main_bytes = 3 * rows * width * 2
+    _, bwd = _plans(rows, width, itemsize)
+    main_bytes = 3 * rows * width * itemsize
     assert bwd.partial_bytes() < 0.02 * main_bytes, f"partials {bwd.partial_bytes()} B vs main {main_bytes} B"
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("width", BANDWIDTH_WIDTHS)
+def test_the_finishing_reduction_spreads_over_the_sms(width, itemsize):
+    """Its programs split the columns only: one program per 256 columns left a 1024-wide row's ~400 partial
+    rows to 4 programs. Now as many programs as 16-column blocks allow, up to about one per SM, each
+    adding its column block's partials in a few steps."""
+    _, bwd = _plans(2**26 // width, width, itemsize)
+    assert bwd.finish_grid[0] >= min(132 // 2, -(-width // launch.FINISH_MIN_BLOCK_N)), bwd
+    assert bwd.finish_block_g * bwd.finish_block_n == launch.FINISH_TILE
+    steps = -(-bwd.n_groups // bwd.finish_block_g)
+    assert steps <= 8, f"{bwd.n_groups} groups in steps of {bwd.finish_block_g}"
+
+
+@pytest.mark.parametrize(("rows", "width"), [(2048, 4096), (4096, 256), (4096, 64), (6304, 768)])
+def test_small_problems_still_fill_the_gpu(rows, width):
+    """The partial-traffic budget would leave most SMs idle on small problems (52 programs for 2048 x 4096
+    bf16 on an H200's 132 SMs); they keep at least one program per SM where they have the tiles."""
+    for itemsize in (2, 4):
+        bwd = launch.plan_backward(rows, width, itemsize, (width,) * 3, sm_count=132, arch="sm90")
+        n_tiles = -(-rows // bwd.BLOCK_M) * bwd.n_col_blocks
+        assert bwd.grid[0] >= min(128, n_tiles), f"{rows}x{width} x{itemsize} B: {bwd.grid[0]} programs"
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))

@@ -54,7 +54,7 @@ def test_compile_checks_in_a_compiler_process(tmp_path):
     assert "skipped" not in out.stdout.splitlines()[-1] or "1 skipped" in out.stdout.splitlines()[-1]
 
 
-from dyt import kernels  # noqa: E402
+from dyt import kernels, launch  # noqa: E402
 from dyt.launch import TANH_METHODS  # noqa: E402
 
 needs_compiler = pytest.mark.skipif(INTERPRETED, reason="runs in the child process of the test above")
@@ -115,7 +115,15 @@ def test_gpu_only_tanh_methods_compile_in_the_backward(tanh):
     c = _compile(
         kernels.dyt_bwd_kernel,
         _bwd_signature("bf16"),
-        {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": tanh, "APPROX": True, "STRIDED": False},
+        {
+            "BLOCK_M": 4,
+            "BLOCK_N": 1024,
+            "INT64": False,
+            "TANH": tanh,
+            "APPROX": True,
+            "STRIDED": False,
+            "NUM_STAGES": 3,
+        },
         aligned=["X", "DY", "DX", "N"],
         num_warps=8,
     )
@@ -134,10 +142,16 @@ def test_gpu_only_tanh_methods_compile(tanh):
     assert ("tanh.approx.f32" in c.asm["ptx"]) == (tanh == TANH_METHODS["hw_approx"])
 
 
+CP_ASYNC_16B = re.compile(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 0x10")
+
+
 @needs_compiler
 @pytest.mark.parametrize(("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 4, 1024)])
 @pytest.mark.parametrize("strided", [False, True], ids=["chunked", "strided"])
-def test_backward_and_finish_compile(dt, block_m, block_n, strided):
+@pytest.mark.parametrize("stages", [1, 3], ids=["unpipelined", "pipelined"])
+def test_backward_and_finish_compile(dt, block_m, block_n, strided, stages):
+    """16-byte loads either way: plain ld.global.v4 without pipelining, 16-byte cp.async copies into shared
+    memory with it (the launch tables ask for NUM_STAGES >= 3 on Hopper); 16-byte dx stores."""
     c = _compile(
         kernels.dyt_bwd_kernel,
         _bwd_signature(dt),
@@ -148,18 +162,31 @@ def test_backward_and_finish_compile(dt, block_m, block_n, strided):
             "TANH": TANH_METHODS["poly_exp"],
             "APPROX": True,
             "STRIDED": strided,
+            "NUM_STAGES": stages,
         },
         aligned=["X", "DY", "DX", "N", "stride_xm", "stride_dym", "stride_dxm"],
     )
     ptx = c.asm["ptx"]
     assert not ATOMIC.search(ptx), "reductions must not use atomics (determinism)"
     assert "div.full" not in ptx and "ex2.approx.ftz" in ptx
-    assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx)
+    assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), "dx is not stored 16 bytes at a time"
+    if stages == 1:
+        assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx) and "cp.async" not in ptx
+    else:
+        assert CP_ASYNC_16B.search(ptx), "x and dy are not copied to shared memory 16 bytes at a time"
+        assert not re.search(r"ld\.global(\.\w+)*\.v4", ptx), "a tile load escaped the pipeline"
+
+
+@needs_compiler
+@pytest.mark.parametrize("width", [64, 1024, 16384])
+def test_finish_compiles_for_its_planned_tiles(width):
+    block_g, block_n = launch.finish_tile(width, sm_count=132)
     finish = _compile(
         kernels.dyt_bwd_finish_kernel,
         {"PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp64", "DGAMMA": "*bf16",
          "DBETA": "*fp32", "DALPHA": "*fp32", "N": "i32", "n_groups": "i32", "n_dalpha_partials": "i32"},
-        {"BLOCK_G": 8, "BLOCK_N": 256},
+        {"BLOCK_G": block_g, "BLOCK_N": block_n},
         aligned=[],
+        num_warps=launch.FINISH_NUM_WARPS,
     )  # fmt: skip
     assert not ATOMIC.search(finish.asm["ptx"])
