@@ -38,7 +38,7 @@ def compile_kernel(mode: str, dt: str, block_m: int, block_n: int, warps: int, s
               "APPROX": True}  # fmt: skip
     if mode == "bwd":
         aligned = ["X", "DY", "DX", "GAMMA", "N", "stride_xm", "stride_dym", "stride_dxm"]
-        constexprs = {**common, "STRIDED": False, "NUM_STAGES": stages}
+        constexprs = {**common, "STRIDED": False, "NUM_STAGES": stages, "EVEN_N": True}
         return build._compile(kernels.dyt_bwd_kernel, build._bwd_signature(dt), constexprs,
                               aligned=aligned, num_warps=warps)  # fmt: skip
     return build._compile(kernels.dyt_fwd_kernel, build._fwd_signature(dt), {**common, "HAS_BETA": True},
@@ -57,12 +57,14 @@ def sass_of(cubin: bytes) -> tuple[int, list[tuple[int, str]]]:
 
 
 def loop_body(instructions: list[tuple[int, str]]) -> list[str]:
-    """The instructions of the last backward branch's loop (the persistent loop of the backward)."""
+    """The instructions of the longest loop (a backward branch to its target): the backward's loop over
+    whole tiles (its loop over the masked tail is shorter)."""
     body: list[str] = []
     for addr, text in instructions:
         target = re.search(r"BRA\s+0x([0-9a-f]+)", text)
         if target and int(target.group(1), 16) < addr:
-            body = [t for a, t in instructions if int(target.group(1), 16) <= a <= addr]
+            loop = [t for a, t in instructions if int(target.group(1), 16) <= a <= addr]
+            body = max(body, loop, key=len)
     return body
 
 

@@ -63,12 +63,20 @@ def _tanh_poly(z):
 
 
 @triton.jit
+def _with_sign_of(magnitude, z):
+    """magnitude (>= 0 or NaN) with the sign bit of z: one bitwise op, where a compare and a select of
+    +-magnitude take three."""
+    bits = magnitude.to(tl.uint32, bitcast=True) | (z.to(tl.uint32, bitcast=True) & 0x80000000)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _tanh(z, TANH: tl.constexpr, APPROX: tl.constexpr):
     """tanh(z) in float32 (the forward's helper). TANH picks the method; the interpreter has only 0."""
     if TANH == 0:
         a = tl.abs(z)
         t_exp = 1.0 - 2.0 * _rcp(_exp2(a * _TWO_LOG2E, APPROX) + 1.0, APPROX)  # past |z| ~ 44: inf, so t = 1
-        t = tl.where(a < _POLY_LIMIT, _tanh_poly(z), tl.where(z < 0, -t_exp, t_exp))
+        t = _with_sign_of(tl.where(a < _POLY_LIMIT, _tanh_poly(a), t_exp), z)
     elif TANH == 1:
         t = libdevice.tanh(z)
     else:
@@ -102,7 +110,7 @@ def _tanh_sech2(z, TANH: tl.constexpr, APPROX: tl.constexpr):
     a = tl.abs(z)
     sech, q = _sech_and_q(a, APPROX)
     if TANH == 0:
-        t = tl.where(a < _POLY_LIMIT, _tanh_poly(z), tl.where(z < 0, q - 1.0, 1.0 - q))
+        t = _with_sign_of(tl.where(a < _POLY_LIMIT, _tanh_poly(a), 1.0 - q), z)
         sech2 = sech * sech
     elif TANH == 1:
         t = _tanh(z, TANH, APPROX)
@@ -151,25 +159,59 @@ def dyt_fwd_kernel(
 
 
 @triton.jit
+def _bwd_tile(
+    X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
+    acc_dgamma, acc_dbeta, acc_dalpha, TANH: tl.constexpr, APPROX: tl.constexpr, MASKED: tl.constexpr,
+):  # fmt: skip
+    """One tile of the backward: stores dx, returns the three accumulators with this tile added.
+
+    MASKED=False is for tiles wholly inside the tensor (no padding lane, so no mask to apply): plain loads
+    and stores and two selects fewer per element. With MASKED, z and dz are masked right after the
+    arithmetic that can make NaN out of padding (x = dy = gamma = 0 there): alpha * 0 is NaN for an
+    infinite alpha, and 0 * gamma for an infinite gamma. With z = 0 and dz = 0, every padding term is an
+    exact 0.
+    """
+    x_ptrs = X + rows[:, None] * stride_xm + cols[None, :]
+    dy_ptrs = DY + rows[:, None] * stride_dym + cols[None, :]
+    dx_ptrs = DX + rows[:, None] * stride_dxm + cols[None, :]
+    if MASKED:
+        x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptrs, mask=mask, other=0.0).to(tl.float32)
+        z = tl.where(mask, alpha * x, 0.0)
+        t, sech2 = _tanh_sech2(z, TANH, APPROX)
+        dz = tl.where(mask, (dy * gamma[None, :]) * sech2, 0.0)
+        tl.store(dx_ptrs, (dz * alpha).to(DX.dtype.element_ty), mask=mask)
+    else:
+        x = tl.load(x_ptrs).to(tl.float32)
+        dy = tl.load(dy_ptrs).to(tl.float32)
+        t, sech2 = _tanh_sech2(alpha * x, TANH, APPROX)
+        dz = (dy * gamma[None, :]) * sech2
+        tl.store(dx_ptrs, (dz * alpha).to(DX.dtype.element_ty))
+    return acc_dgamma + dy * t, acc_dbeta + dy, acc_dalpha + dz * x
+
+
+@triton.jit
 def dyt_bwd_kernel(
     X, DY, DX, ALPHA, GAMMA, PART_DGAMMA, PART_DBETA, PART_DALPHA,
     M, N, stride_xm, stride_dym, stride_dxm, n_col_blocks, n_groups, tiles_per_program,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, TANH: tl.constexpr,
-    APPROX: tl.constexpr, STRIDED: tl.constexpr, NUM_STAGES: tl.constexpr,
+    APPROX: tl.constexpr, STRIDED: tl.constexpr, NUM_STAGES: tl.constexpr, EVEN_N: tl.constexpr,
 ):  # fmt: skip
     """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
 
     Program p owns column block p % n_col_blocks of row group g = p // n_col_blocks, and tiles_per_program
     row tiles of it: with STRIDED, tiles g, g + n_groups, g + 2 n_groups, ... (all programs stream through
     one region of memory at a time); otherwise the contiguous run from tile g * tiles_per_program. The
-    launch table picks the order per dtype and width (measured: see NOTES.md). Tiles past M are masked
-    off. Partials go to row g of PART_DGAMMA/PART_DBETA (shape (n_groups, N), float32) and to
-    PART_DALPHA[p] (float64); dyt_bwd_finish_kernel adds them up.
+    launch table picks the order per dtype and width (measured: see NOTES.md). Partials go to row g of
+    PART_DGAMMA/PART_DBETA (shape (n_groups, N), float32) and to PART_DALPHA[p] (float64);
+    dyt_bwd_finish_kernel adds them up.
 
-    The loop is pipelined by Triton (NUM_STAGES > 1 on the GPU): x and dy of the next NUM_STAGES - 1 tiles
-    are copied to shared memory asynchronously (cp.async) while this tile is computed, so the loads in
-    flight cost shared memory, not registers, and more programs fit on an SM. All three sums are per-lane
-    float32 accumulators reduced once at the end, so the loop has no cross-thread reduction.
+    The tiles wholly inside the tensor come first, unmasked (EVEN_N: N is a multiple of BLOCK_N); then
+    the rest, masked: the last partial tile, and tiles past M (which load and store nothing). The first
+    loop is pipelined by Triton (NUM_STAGES > 1 on the GPU): x and dy of the next NUM_STAGES - 1 tiles are
+    copied to shared memory asynchronously (cp.async) while this tile is computed, so the loads in flight
+    cost shared memory, not registers. All three sums are per-lane float32 accumulators reduced once at
+    the end, so the loops have no cross-thread reduction.
     """
     pid = tl.program_id(0)
     pid_n = pid % n_col_blocks
@@ -183,11 +225,13 @@ def dyt_bwd_kernel(
     acc_dbeta = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
 
-    # Rows past this program's tiles are masked like rows past M.
+    # Rows past this program's tiles are masked like rows past M; n_whole counts its tiles that hold
+    # BLOCK_M rows below row_end.
     if STRIDED:
         first = group
         step = n_groups
         row_end = M
+        n_whole = tl.cdiv(tl.maximum(M // BLOCK_M - group, 0), n_groups)
     else:
         first = group * tiles_per_program
         step = 1
@@ -195,23 +239,22 @@ def dyt_bwd_kernel(
             row_end = tl.minimum((first.to(tl.int64) + tiles_per_program) * BLOCK_M, M)
         else:
             row_end = tl.minimum((first + tiles_per_program) * BLOCK_M, M)
-    for i in tl.range(0, tiles_per_program, num_stages=NUM_STAGES):
+        n_whole = tl.maximum(row_end // BLOCK_M - first, 0)
+    n_whole = tl.minimum(n_whole, tiles_per_program)
+    if not EVEN_N:
+        n_whole = 0
+    for i in tl.range(0, n_whole, num_stages=NUM_STAGES):
         rows, _, mask = _tile(first + i * step, pid_n, row_end, N, BLOCK_M, BLOCK_N, INT64)
-        x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-
-        # Masked right after the arithmetic that can make NaN out of padding (x = dy = gamma = 0 there):
-        # alpha * 0 is NaN for an infinite alpha, and 0 * gamma for an infinite gamma. With z = 0 and
-        # dz = 0, every padding term below is an exact 0.
-        z = tl.where(mask, alpha * x, 0.0)
-        t, sech2 = _tanh_sech2(z, TANH, APPROX)
-        dz = tl.where(mask, (dy * gamma[None, :]) * sech2, 0.0)
-        tl.store(
-            DX + rows[:, None] * stride_dxm + cols[None, :], (dz * alpha).to(DX.dtype.element_ty), mask=mask
+        acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
+            X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
+            acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, False,
         )  # fmt: skip
-        acc_dgamma += dy * t
-        acc_dbeta += dy
-        acc_dalpha += dz * x
+    for i in range(n_whole, tiles_per_program):
+        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, BLOCK_M, BLOCK_N, INT64)
+        acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
+            X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
+            acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, True,
+        )  # fmt: skip
 
     tl.store(PART_DGAMMA + group * N + cols, tl.sum(acc_dgamma, axis=0), mask=col_ok)
     tl.store(PART_DBETA + group * N + cols, tl.sum(acc_dbeta, axis=0), mask=col_ok)

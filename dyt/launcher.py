@@ -134,7 +134,7 @@ def launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials) -> None:
         plan.tiles_per_program,
         BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64, TANH=plan.tanh,
         APPROX=not interpreter_active(), STRIDED=plan.strided, NUM_STAGES=plan.num_stages,
-        num_warps=plan.num_warps,
+        EVEN_N=plan.N % plan.BLOCK_N == 0, num_warps=plan.num_warps,
     )  # fmt: skip
 
 

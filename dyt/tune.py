@@ -13,7 +13,8 @@ import time
 
 from dyt import launch
 
-WIDTH_BUCKETS = [64, 128, 256, 512, 1024, 2048, 4096, 8192, None]
+# 768 (a common model width) has its own bucket: it runs as 3 x 256 column blocks (dyt.launch.tile_shape).
+WIDTH_BUCKETS = [64, 128, 256, 512, 768, 1024, 2048, 4096, 8192, None]
 BUCKET_DTYPES = {"16bit": "bfloat16", "fp32": "float32"}
 # (elements per tile, num_warps). The backward keeps three float32 accumulators per element in registers
 # (its loads in flight sit in shared memory, see NUM_STAGES), so it stays at 8-16 elements per thread.
@@ -21,16 +22,17 @@ TILES = {
     "fwd": [(1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8)],
     "bwd": [(1024, 4), (2048, 4), (4096, 8)],
 }
-# Column blocks tried for rows wider than 2048. The backward also tries 512: under the partial-traffic
+# Column blocks tried for rows wider than WIDE_FROM. The backward also tries 512: under the partial-traffic
 # budget its programs number (row groups) x (column blocks), so narrower blocks allow more of them.
 WIDE_BLOCK_N = {"fwd": [1024, 2048, 4096], "bwd": [512, 1024, 2048]}
+WIDE_FROM = {"fwd": 4096, "bwd": 2048}
 PROGRAMS_PER_SM = [3, 4, 6, 8]
 NUM_STAGES = [3, 4]  # the backward loop's pipelining depth (dyt.kernels.dyt_bwd_kernel)
 ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.kernels.dyt_bwd_kernel
 
 
 def candidates(mode: str, width: int) -> list[dict]:
-    block_ns = [launch.next_pow2(width)] if width <= 2048 else WIDE_BLOCK_N[mode]
+    block_ns = [launch.next_pow2(width)] if width < WIDE_FROM[mode] else WIDE_BLOCK_N[mode]
     out = []
     for block_n in block_ns:
         for tile, warps in TILES[mode]:
@@ -67,7 +69,8 @@ def _time(mode, entry, bucket, x, dy, alpha, gamma, beta):
             return float("inf")
 
 
-def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str]) -> dict:
+def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str], widths=None) -> dict:
+    """Tunes the width buckets named in widths (max_width values; None: all) and keeps the others."""
     import torch
 
     from dyt import launcher
@@ -85,8 +88,9 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
             for max_width in WIDTH_BUCKETS:
                 width = max_width or 16384
                 rows = 2**26 // width
-                if time.time() - start > budget_s:
-                    print(f"budget spent: {mode} {bucket} width<={max_width} keeps its current entry")
+                skipped = widths is not None and width not in widths
+                if skipped or time.time() - start > budget_s:
+                    print(f"{mode} {bucket} width<={max_width} keeps its current entry")
                     entries.append(
                         launch.table_entry(table, mode, 2 if bucket == "16bit" else 4, width)
                         | {"max_width": max_width}
@@ -118,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=600.0)
     parser.add_argument("--buckets", default="16bit,fp32")
     parser.add_argument("--modes", default="fwd,bwd")
+    parser.add_argument("--widths", help="only these width buckets, e.g. 768,2048 (16384: the last)")
     args = parser.parse_args(argv)
     import torch
 
@@ -128,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
 
     arch, _ = launcher.device_facts(torch.device("cuda"))
     out = args.out or launch.TABLES / f"{arch}.json"
-    tune(out, args.budget_s, args.buckets.split(","), args.modes.split(","))
+    widths = None if args.widths is None else {int(w) for w in args.widths.split(",")}
+    tune(out, args.budget_s, args.buckets.split(","), args.modes.split(","), widths)
     return 0
 
 

@@ -62,7 +62,7 @@ MUTANTS: dict[str, Mutant] = {
             module="dyt.kernels",
             targets=(
                 (
-                    "dyt_bwd_kernel",
+                    "_bwd_tile",
                     (
                         ("z = tl.where(mask, alpha * x, 0.0)", "z = alpha * x", 1),
                         (

@@ -9,7 +9,7 @@ import torch
 import dyt
 from dyt import launch, launcher, reference
 
-from helpers import check_against_reference, device, make_inputs, run
+from helpers import DTYPES, check_against_reference, device, make_inputs, plans_for, run
 from paths import PATHS, assert_path, path_context
 from tolerances import assert_close
 
@@ -186,12 +186,22 @@ def test_widths_far_from_a_power_of_two_split_into_equal_blocks(width, block_n, 
     assert block_m * got_n == 4 * 1024, "the tile keeps its size"
 
 
-@pytest.mark.parametrize("arch", ["default", "sm90"])
-def test_both_backward_row_orders_are_covered(arch):
-    """The suites run bf16 and fp32 on every path; the tables give them different row orders, so both
-    orders of the backward's persistent loop are exercised. A table change that drops one fails here."""
-    orders = {
-        itemsize: launch.plan_backward(4096, 100, itemsize, (100, 100, 100), sm_count=4, arch=arch).strided
-        for itemsize in (2, 4)
-    }
-    assert orders == {2: False, 4: True}, f"{arch}: strided per itemsize {orders}"
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("width", [64, 100], ids=["whole_columns", "padded_columns"])
+@pytest.mark.parametrize("order", ["chunked", "strided"])
+def test_both_row_orders_and_the_masked_tail(order, width, dtype, seed):
+    """Both orders of the backward's persistent loop, whatever the committed tables choose, with whole
+    tiles (the unmasked, pipelined loop), a last tile that is partial, and tiles past M (the masked loop);
+    at 100 columns every tile is masked."""
+    bwd = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 128 if width > 64 else 64, "num_warps": 4,
+           "programs_per_sm": 2, "row_order": order, "num_stages": 3}  # fmt: skip
+    fwd = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 128, "num_warps": 4}
+    table = {"fwd": {"16bit": [fwd], "fp32": [fwd]}, "bwd": {"16bit": [bwd], "fp32": [bwd]}}
+    rows = 4 * 76 + 1  # 77 tiles: no program count divides them
+    with launch.overrides(table=table):
+        _, plan = plans_for((rows, width), DTYPES[dtype])
+        n_tiles = -(-rows // 4)
+        assert plan.strided == (order == "strided") and rows % plan.BLOCK_M
+        assert plan.grid[0] * plan.tiles_per_program > n_tiles, "no program runs past M"
+        inp = make_inputs((rows, width), DTYPES[dtype], seed=seed)
+        check_against_reference(inp, run(inp), label=f"{order} {width}: ")
