@@ -269,24 +269,28 @@ def dyt_bwd_finish_kernel(
     N, n_groups, n_dalpha_partials,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """Adds the partials in a fixed order (no atomics) and stores each gradient in its parameter's dtype."""
-    pid = tl.program_id(0)
-    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < N
-    acc_dgamma = tl.zeros((BLOCK_G, BLOCK_N), dtype=tl.float32)
-    acc_dbeta = tl.zeros((BLOCK_G, BLOCK_N), dtype=tl.float32)
-    for g0 in range(0, n_groups, BLOCK_G):
-        groups = g0 + tl.arange(0, BLOCK_G)
-        mask = (groups < n_groups)[:, None] & col_ok[None, :]
-        offs = groups[:, None] * N + cols[None, :]
-        acc_dgamma += tl.load(PART_DGAMMA + offs, mask=mask, other=0.0)
-        acc_dbeta += tl.load(PART_DBETA + offs, mask=mask, other=0.0)
-    tl.store(DGAMMA + cols, tl.sum(acc_dgamma, axis=0).to(DGAMMA.dtype.element_ty), mask=col_ok)
-    tl.store(DBETA + cols, tl.sum(acc_dbeta, axis=0).to(DBETA.dtype.element_ty), mask=col_ok)
+    """Adds the partials in a fixed order (no atomics) and stores each gradient in its parameter's dtype.
 
-    if pid == 0:
+    Programs 0 .. cdiv(N, BLOCK_N) - 1 each own a column block of dgamma and dbeta; the last program adds
+    up dalpha alone, at the same time (this kernel's time is a few dependent memory round trips).
+    """
+    pid = tl.program_id(0)
+    if pid == tl.num_programs(0) - 1:
         acc_dalpha = tl.zeros((BLOCK_G * BLOCK_N,), dtype=tl.float64)
         for p0 in range(0, n_dalpha_partials, BLOCK_G * BLOCK_N):
             idx = p0 + tl.arange(0, BLOCK_G * BLOCK_N)
             acc_dalpha += tl.load(PART_DALPHA + idx, mask=idx < n_dalpha_partials, other=0.0)
         tl.store(DALPHA, tl.sum(acc_dalpha, axis=0).to(DALPHA.dtype.element_ty))
+    else:
+        cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+        col_ok = cols < N
+        acc_dgamma = tl.zeros((BLOCK_G, BLOCK_N), dtype=tl.float32)
+        acc_dbeta = tl.zeros((BLOCK_G, BLOCK_N), dtype=tl.float32)
+        for g0 in range(0, n_groups, BLOCK_G):
+            groups = g0 + tl.arange(0, BLOCK_G)
+            mask = (groups < n_groups)[:, None] & col_ok[None, :]
+            offs = groups[:, None] * N + cols[None, :]
+            acc_dgamma += tl.load(PART_DGAMMA + offs, mask=mask, other=0.0)
+            acc_dbeta += tl.load(PART_DBETA + offs, mask=mask, other=0.0)
+        tl.store(DGAMMA + cols, tl.sum(acc_dgamma, axis=0).to(DGAMMA.dtype.element_ty), mask=col_ok)
+        tl.store(DBETA + cols, tl.sum(acc_dbeta, axis=0).to(DBETA.dtype.element_ty), mask=col_ok)

@@ -21,7 +21,7 @@ INT32_LIMIT = 2**31 - 1
 GRID_X_LIMIT = 2**31 - 1
 # The finishing reduction: each program adds the (n_groups, BLOCK_N) partials of its columns, FINISH_TILE
 # of them per step, so that few dependent steps are needed (see finish_tile).
-FINISH_TILE = 4096
+FINISH_TILE = 8192
 FINISH_MIN_BLOCK_N = 16  # 64-byte float32 row segments: two 32-byte sectors, no waste
 FINISH_MAX_BLOCK_N = 256
 FINISH_NUM_WARPS = 8
@@ -225,8 +225,13 @@ def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", inte
         num_stages=entry["num_stages"],
         finish_block_g=finish_g,
         finish_block_n=finish_n,
-        finish_grid=(cdiv(N, finish_n),),
+        finish_grid=finish_grid(N, finish_n),
     )
+
+
+def finish_grid(N: int, block_n: int) -> tuple[int]:
+    """One program per column block of dgamma and dbeta, and one more for dalpha."""
+    return (cdiv(N, block_n) + 1,)
 
 
 def finish_tile(N: int, sm_count: int) -> tuple[int, int]:

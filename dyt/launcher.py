@@ -142,7 +142,7 @@ def launch_backward_finish(plan, partials, dgamma, dbeta, dalpha, tile=None, num
     """dyt_bwd_finish_kernel: the partials added up in a fixed order. tile=(BLOCK_G, BLOCK_N) and
     num_warps override the plan's (ci/bwd_split.py compares finishing tiles)."""
     block_g, block_n = tile or (plan.finish_block_g, plan.finish_block_n)
-    grid = plan.finish_grid if tile is None else (launch.cdiv(plan.N, block_n),)
+    grid = plan.finish_grid if tile is None else launch.finish_grid(plan.N, block_n)
     kernels.dyt_bwd_finish_kernel[grid](
         *partials, dgamma, dbeta, dalpha, plan.N, plan.n_groups, plan.n_dalpha_partials,
         BLOCK_G=block_g, BLOCK_N=block_n, num_warps=num_warps or launch.FINISH_NUM_WARPS,
