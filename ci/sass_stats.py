@@ -5,7 +5,7 @@
 
 Compiles with triton.compile for Hopper (no GPU needed; Triton's wheel carries ptxas and cuobjdump), reads
 the register count from `cuobjdump -res-usage`, and counts the SASS of the backward's persistent loop
-(the instructions between the loop's backward branch and its target) of either kernel.
+(the instructions between the loop's backward branch and its target) or of the whole forward kernel.
 Dev tool for NOTES.md: where the instruction budget per element goes.
 """
 
@@ -41,8 +41,7 @@ def compile_kernel(mode: str, dt: str, block_m: int, block_n: int, warps: int, s
         constexprs = {**common, "STRIDED": False, "NUM_STAGES": stages, "EVEN_N": True}
         return build._compile(kernels.dyt_bwd_kernel, build._bwd_signature(dt), constexprs,
                               aligned=aligned, num_warps=warps)  # fmt: skip
-    constexprs = {**common, "HAS_BETA": True, "STRIDED": False, "NUM_STAGES": stages, "EVEN_N": True}
-    return build._compile(kernels.dyt_fwd_kernel, build._fwd_signature(dt), constexprs,
+    return build._compile(kernels.dyt_fwd_kernel, build._fwd_signature(dt), {**common, "HAS_BETA": True},
                           aligned=["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"],
                           num_warps=warps)  # fmt: skip
 
@@ -85,11 +84,11 @@ def main(argv: list[str]) -> int:
         per_thread = block_m * block_n // (32 * warps)
         compiled = compile_kernel(mode, dt, block_m, block_n, warps, *stages)
         regs, instructions = sass_of(compiled.asm["cubin"])
-        counted = loop_body(instructions)  # both kernels loop over row tiles
+        counted = loop_body(instructions) if mode == "bwd" else [t for _, t in instructions]
         ops = collections.Counter(map(opcode, counted)).most_common(10)
         print(f"{mode} {dt} {config} ({warps} warps): {regs} registers, {compiled.metadata.shared} B shared, "
               f"{per_thread} elements per "
-              f"thread, {len(counted)} SASS in the loop = "
+              f"thread, {len(counted)} SASS {'in the loop' if mode == 'bwd' else 'in the kernel'} = "
               f"{len(counted) / per_thread:.1f} per element; {dict(ops)}")  # fmt: skip
     return 0
 

@@ -133,91 +133,29 @@ def _tile(pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT6
 
 
 @triton.jit
-def _row_range(group, n_groups, tiles_per_program, M, BLOCK_M: tl.constexpr, INT64: tl.constexpr,
-               STRIDED: tl.constexpr):  # fmt: skip
-    """The row tiles of a row group: tile first + i * step for i < tiles_per_program, rows below row_end;
-    the first n_whole of them hold BLOCK_M rows below row_end (the rest are partial or empty).
-
-    With STRIDED, tiles g, g + n_groups, g + 2 n_groups, ... (all programs stream through one region of
-    memory at a time); otherwise the contiguous run from tile g * tiles_per_program.
-    """
-    if STRIDED:
-        first = group
-        step = n_groups
-        row_end = M
-        n_whole = tl.cdiv(tl.maximum(M // BLOCK_M - group, 0), n_groups)
-    else:
-        first = group * tiles_per_program
-        step = 1
-        if INT64:
-            row_end = tl.minimum((first.to(tl.int64) + tiles_per_program) * BLOCK_M, M)
-        else:
-            row_end = tl.minimum((first + tiles_per_program) * BLOCK_M, M)
-        n_whole = tl.maximum(row_end // BLOCK_M - first, 0)
-    return first, step, row_end, tl.minimum(n_whole, tiles_per_program)
-
-
-@triton.jit
-def _fwd_tile(
-    X, Y, rows, cols, mask, stride_xm, stride_ym, alpha, gamma, beta,
-    HAS_BETA: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr, MASKED: tl.constexpr,
-):  # fmt: skip
-    """y = gamma * tanh(alpha * x) + beta on one tile; MASKED=False for tiles wholly inside the tensor."""
-    x_ptrs = X + rows[:, None] * stride_xm + cols[None, :]
-    y_ptrs = Y + rows[:, None] * stride_ym + cols[None, :]
-    if MASKED:
-        x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
-    else:
-        x = tl.load(x_ptrs).to(tl.float32)
-    y = gamma[None, :] * _tanh(alpha * x, TANH, APPROX)
-    if HAS_BETA:
-        y = y + beta[None, :]
-    if MASKED:
-        tl.store(y_ptrs, y.to(Y.dtype.element_ty), mask=mask)
-    else:
-        tl.store(y_ptrs, y.to(Y.dtype.element_ty))
-
-
-@triton.jit
 def dyt_fwd_kernel(
     X, Y, ALPHA, GAMMA, BETA,
-    M, N, stride_xm, stride_ym, n_col_blocks, n_groups, tiles_per_program,
+    M, N, stride_xm, stride_ym, n_col_blocks,
     HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr,
-    STRIDED: tl.constexpr, NUM_STAGES: tl.constexpr, EVEN_N: tl.constexpr,
 ):  # fmt: skip
-    """y = gamma * tanh(alpha * x) + beta over tiles_per_program row tiles of one column block.
-
-    Program p owns column block p % n_col_blocks of row group p // n_col_blocks (rows as _row_range
-    says), so gamma and beta are loaded once per program. With tiles_per_program = 1 (the launch table's
-    choice where one tile per program is faster) this is the classic one-tile-per-program kernel. Whole
-    tiles come first, unmasked and pipelined like the backward's (NUM_STAGES); then the masked rest.
-    """
+    """y = gamma * tanh(alpha * x) + beta for one BLOCK_M x BLOCK_N tile per program."""
     pid = tl.program_id(0)
+    pid_m = pid // n_col_blocks
     pid_n = pid % n_col_blocks
-    group = pid // n_col_blocks
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows, cols, mask = _tile(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, INT64)
     col_ok = cols < N
 
     alpha = tl.load(ALPHA).to(tl.float32)
     gamma = tl.load(GAMMA + cols, mask=col_ok, other=0.0).to(tl.float32)
+    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+
+    t = _tanh(alpha * x, TANH, APPROX)
+    y = gamma[None, :] * t
     if HAS_BETA:
         beta = tl.load(BETA + cols, mask=col_ok, other=0.0).to(tl.float32)
-    else:
-        beta = gamma  # unused
-    first, step, row_end, n_whole = _row_range(group, n_groups, tiles_per_program, M, BLOCK_M, INT64, STRIDED)
-    if not EVEN_N:
-        n_whole = 0
-    for i in tl.range(0, n_whole, num_stages=NUM_STAGES):
-        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, BLOCK_M, BLOCK_N, INT64)
-        _fwd_tile(
-            X, Y, rows, cols, mask, stride_xm, stride_ym, alpha, gamma, beta, HAS_BETA, TANH, APPROX, False
-        )
-    for i in range(n_whole, tiles_per_program):
-        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, BLOCK_M, BLOCK_N, INT64)
-        _fwd_tile(
-            X, Y, rows, cols, mask, stride_xm, stride_ym, alpha, gamma, beta, HAS_BETA, TANH, APPROX, True
-        )
+        y = y + beta[None, :]
+    tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -262,8 +200,9 @@ def dyt_bwd_kernel(
     """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
 
     Program p owns column block p % n_col_blocks of row group g = p // n_col_blocks, and tiles_per_program
-    row tiles of it (in the order _row_range says; the launch table picks it per dtype and width, from
-    measurement: see NOTES.md). Partials go to row g of
+    row tiles of it: with STRIDED, tiles g, g + n_groups, g + 2 n_groups, ... (all programs stream through
+    one region of memory at a time); otherwise the contiguous run from tile g * tiles_per_program. The
+    launch table picks the order per dtype and width (measured: see NOTES.md). Partials go to row g of
     PART_DGAMMA/PART_DBETA (shape (n_groups, N), float32) and to PART_DALPHA[p] (float64);
     dyt_bwd_finish_kernel adds them up.
 
@@ -286,7 +225,22 @@ def dyt_bwd_kernel(
     acc_dbeta = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
 
-    first, step, row_end, n_whole = _row_range(group, n_groups, tiles_per_program, M, BLOCK_M, INT64, STRIDED)
+    # Rows past this program's tiles are masked like rows past M; n_whole counts its tiles that hold
+    # BLOCK_M rows below row_end.
+    if STRIDED:
+        first = group
+        step = n_groups
+        row_end = M
+        n_whole = tl.cdiv(tl.maximum(M // BLOCK_M - group, 0), n_groups)
+    else:
+        first = group * tiles_per_program
+        step = 1
+        if INT64:
+            row_end = tl.minimum((first.to(tl.int64) + tiles_per_program) * BLOCK_M, M)
+        else:
+            row_end = tl.minimum((first + tiles_per_program) * BLOCK_M, M)
+        n_whole = tl.maximum(row_end // BLOCK_M - first, 0)
+    n_whole = tl.minimum(n_whole, tiles_per_program)
     if not EVEN_N:
         n_whole = 0
     for i in tl.range(0, n_whole, num_stages=NUM_STAGES):

@@ -77,30 +77,25 @@ class TilePlan:
     grid: tuple[int]
     int64: bool
     tanh: int
-    n_groups: int  # row groups (the backward's partial buffers have one row each)
-    tiles_per_program: int
-    strided: bool  # row order: a group's tiles strided by n_groups, or one contiguous run
-    num_stages: int  # Triton's loop pipelining: tiles whose loads are in flight (1: none)
 
     @property
     def path(self) -> str:
         return path_name(self.n_col_blocks)
 
-    @property
-    def even_n(self) -> bool:
-        """No padded columns: the kernels' loops over whole tiles go unmasked."""
-        return self.N % self.BLOCK_N == 0
-
 
 @dataclasses.dataclass(frozen=True)
 class FwdPlan(TilePlan):
-    """One tile per program, or (table entries with programs_per_sm) a persistent grid over row groups."""
+    """One tile per program."""
 
 
 @dataclasses.dataclass(frozen=True)
 class BwdPlan(TilePlan):
     """A persistent grid over row groups; partial sums reduced by a finishing launch."""
 
+    n_groups: int  # row groups: rows of the (n_groups, N) partial buffers
+    tiles_per_program: int
+    strided: bool  # row order: a group's tiles strided by n_groups, or one contiguous run
+    num_stages: int  # Triton's loop pipelining: tiles whose loads are in flight (1: none)
     finish_block_g: int
     finish_block_n: int
     finish_grid: tuple[int]
@@ -188,32 +183,22 @@ def tanh_method(interpreter: bool) -> int:
     return TANH_METHODS[name]
 
 
-def _tile_fields(entry, M, N, row_strides, interpreter, tile, n_tiles, target_groups) -> dict:
-    """The TilePlan fields both plans share: row tiles dealt to about target_groups row groups, the grid
-    checked against CUDA's axis-0 limit."""
+def _tile_fields(entry, M, N, row_strides, interpreter, tile, n_row_programs) -> dict:
+    """The TilePlan fields both plans share, with the grid checked against CUDA's axis-0 limit."""
     block_m, block_n, n_col_blocks = tile
-    tiles_per_program = cdiv(n_tiles, max(1, min(target_groups, n_tiles)))
-    n_groups = cdiv(n_tiles, tiles_per_program)
-    n_programs = n_groups * n_col_blocks
+    n_programs = n_row_programs * n_col_blocks
     if n_programs > GRID_X_LIMIT:
         raise ValueError(f"{M} x {N} needs {n_programs} programs, over the grid limit {GRID_X_LIMIT}")
     return dict(M=M, N=N, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=entry["num_warps"],
                 n_col_blocks=n_col_blocks, grid=(n_programs,), int64=needs_int64(M, N, row_strides, block_m),
-                tanh=tanh_method(interpreter), n_groups=n_groups, tiles_per_program=tiles_per_program,
-                strided=entry.get("row_order", "chunked") == "strided",
-                num_stages=entry.get("num_stages", 1))  # fmt: skip
+                tanh=tanh_method(interpreter))  # fmt: skip
 
 
-def plan_forward(M, N, itemsize, row_strides, *, sm_count=None, arch="default", interpreter=False) -> FwdPlan:
-    """One program per tile, or, where the table entry names programs_per_sm (and sm_count is known),
-    about that many programs per SM, each over a run of row tiles."""
+def plan_forward(M, N, itemsize, row_strides, *, arch="default", interpreter=False) -> FwdPlan:
+    """One program per tile."""
     entry = table_entry(_table(arch), "fwd", itemsize, N)
     tile = tile_shape(entry, N)
-    n_tiles = max(1, cdiv(M, tile[0]))
-    target = n_tiles
-    if "programs_per_sm" in entry and sm_count is not None:
-        target = max(1, (entry["programs_per_sm"] * sm_count) // tile[2])
-    return FwdPlan(**_tile_fields(entry, M, N, row_strides, interpreter, tile, n_tiles, target))
+    return FwdPlan(**_tile_fields(entry, M, N, row_strides, interpreter, tile, cdiv(M, tile[0])))
 
 
 def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", interpreter=False) -> BwdPlan:
@@ -228,11 +213,19 @@ def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", inte
     # would otherwise run 52 programs on 132 SMs), its partials being cheap in time if not in ratio.
     floor_groups = cdiv(sm_count, tile[2])
     wanted = (entry["programs_per_sm"] * sm_count) // tile[2]
-    fields = _tile_fields(entry, M, N, row_strides, interpreter, tile, n_tiles,
-                          min(wanted, max(budget_groups, floor_groups)))  # fmt: skip
+    target_groups = max(1, min(wanted, max(budget_groups, floor_groups), n_tiles))
+    tiles_per_program = cdiv(n_tiles, target_groups)
+    n_groups = cdiv(n_tiles, tiles_per_program)
     finish_g, finish_n = finish_tile(N, sm_count)
     return BwdPlan(
-        **fields, finish_block_g=finish_g, finish_block_n=finish_n, finish_grid=finish_grid(N, finish_n)
+        **_tile_fields(entry, M, N, row_strides, interpreter, tile, n_groups),
+        n_groups=n_groups,
+        tiles_per_program=tiles_per_program,
+        strided=entry.get("row_order", "chunked") == "strided",
+        num_stages=entry["num_stages"],
+        finish_block_g=finish_g,
+        finish_block_n=finish_n,
+        finish_grid=finish_grid(N, finish_n),
     )
 
 

@@ -50,9 +50,7 @@ def _plan(mode, M, N, itemsize, row_strides, device):
 def _cached_plan(mode, M, N, itemsize, row_strides, device, overrides_key):
     arch, sm_count = device_facts(device)
     if mode == "fwd":
-        return launch.plan_forward(
-            M, N, itemsize, row_strides, sm_count=sm_count, arch=arch, interpreter=interpreter_active()
-        )
+        return launch.plan_forward(M, N, itemsize, row_strides, arch=arch, interpreter=interpreter_active())
     return launch.plan_backward(
         M, N, itemsize, row_strides, sm_count=sm_count, arch=arch, interpreter=interpreter_active()
     )
@@ -92,10 +90,9 @@ def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
     plan = forward_plan(x2d)
     kernels.dyt_fwd_kernel[plan.grid](
         x2d, y, alpha, gamma, beta if beta is not None else gamma,
-        M, N, x2d.stride(0), y.stride(0), plan.n_col_blocks, plan.n_groups, plan.tiles_per_program,
+        M, N, x2d.stride(0), y.stride(0), plan.n_col_blocks,
         HAS_BETA=beta is not None, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
-        INT64=plan.int64, TANH=plan.tanh, APPROX=not interpreter_active(), STRIDED=plan.strided,
-        NUM_STAGES=plan.num_stages, EVEN_N=plan.even_n, num_warps=plan.num_warps,
+        INT64=plan.int64, TANH=plan.tanh, APPROX=not interpreter_active(), num_warps=plan.num_warps,
     )  # fmt: skip
     return y.to(out_dtype)
 
@@ -137,7 +134,7 @@ def launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials) -> None:
         plan.tiles_per_program,
         BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64, TANH=plan.tanh,
         APPROX=not interpreter_active(), STRIDED=plan.strided, NUM_STAGES=plan.num_stages,
-        EVEN_N=plan.even_n, num_warps=plan.num_warps,
+        EVEN_N=plan.N % plan.BLOCK_N == 0, num_warps=plan.num_warps,
     )  # fmt: skip
 
 

@@ -26,11 +26,9 @@ TILES = {
 # budget its programs number (row groups) x (column blocks), so narrower blocks allow more of them.
 WIDE_BLOCK_N = {"fwd": [1024, 2048, 4096], "bwd": [512, 1024, 2048]}
 WIDE_FROM = {"fwd": 4096, "bwd": 2048}
-PROGRAMS_PER_SM = {"fwd": [2, 4, 8], "bwd": [3, 4, 6, 8]}
-# The loop's pipelining depth (dyt.kernels: the loops over whole tiles). The forward also tries one tile
-# per program (no programs_per_sm in the entry, no pipelining).
-NUM_STAGES = {"fwd": [3], "bwd": [3, 4]}
-ROW_ORDERS = ["chunked", "strided"]  # the persistent loops' row order: see dyt.kernels._row_range
+PROGRAMS_PER_SM = [3, 4, 6, 8]
+NUM_STAGES = [3, 4]  # the backward loop's pipelining depth (dyt.kernels.dyt_bwd_kernel)
+ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.kernels.dyt_bwd_kernel
 
 
 def candidates(mode: str, width: int) -> list[dict]:
@@ -43,9 +41,10 @@ def candidates(mode: str, width: int) -> list[dict]:
             entry = {"max_width": None, "BLOCK_M": tile // block_n, "BLOCK_N": block_n, "num_warps": warps}
             if mode == "fwd":
                 out.append(entry)
-            for pps in PROGRAMS_PER_SM[mode]:
+                continue
+            for pps in PROGRAMS_PER_SM:
                 for order in ROW_ORDERS:
-                    for stages in NUM_STAGES[mode]:
+                    for stages in NUM_STAGES:
                         knobs = {"programs_per_sm": pps, "row_order": order, "num_stages": stages}
                         out.append({**entry, **knobs})
     return out

@@ -117,6 +117,6 @@ def plans_for(shape, dtype):
     item = torch.empty(0, dtype=dtype).element_size()
     interp = launcher.interpreter_active()
     return (
-        launch.plan_forward(M, C, item, (C, C), sm_count=sms, arch=arch, interpreter=interp),
+        launch.plan_forward(M, C, item, (C, C), arch=arch, interpreter=interp),
         launch.plan_backward(M, C, item, (C, C, C), sm_count=sms, arch=arch, interpreter=interp),
     )

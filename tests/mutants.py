@@ -112,7 +112,7 @@ MUTANTS: dict[str, Mutant] = {
             module="dyt.launch",
             targets=(
                 # Both plans build their grid in _tile_fields.
-                ("_tile_fields", (("grid=(n_programs,),", "grid=(n_col_blocks, n_groups),", 1),)),
+                ("_tile_fields", (("grid=(n_programs,),", "grid=(n_col_blocks, n_row_programs),", 1),)),
             ),
             suite="tests/test_grid_limit.py",
             tests=tuple(

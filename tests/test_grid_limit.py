@@ -25,7 +25,7 @@ SHAPE_CLASSES = [
 
 
 def _plans(rows, width, itemsize):
-    fwd = launch.plan_forward(rows, width, itemsize, (width, width), sm_count=132, arch="sm90")
+    fwd = launch.plan_forward(rows, width, itemsize, (width, width), arch="sm90")
     bwd = launch.plan_backward(rows, width, itemsize, (width, width, width), sm_count=132, arch="sm90")
     return fwd, bwd
 
@@ -36,8 +36,9 @@ def test_every_plan_is_one_dimensional_and_within_limits(itemsize):
         for plan in _plans(rows, width, itemsize):
             assert len(plan.grid) == 1, f"{rows}x{width}: grid {plan.grid} is not 1-D"
             assert 1 <= plan.grid[0] <= launch.GRID_X_LIMIT, f"{rows}x{width}: grid {plan.grid}"
-            covered = plan.grid[0] // plan.n_col_blocks * plan.BLOCK_M * plan.tiles_per_program
+            covered = plan.grid[0] // plan.n_col_blocks * plan.BLOCK_M
             if isinstance(plan, launch.BwdPlan):
+                covered *= plan.tiles_per_program
                 assert len(plan.finish_grid) == 1 and plan.finish_grid[0] <= GRID_Y_LIMIT
             assert covered >= rows, f"{rows}x{width}: plan covers only {covered} rows"
             assert plan.n_col_blocks * plan.BLOCK_N >= width
@@ -189,17 +190,18 @@ def test_widths_far_from_a_power_of_two_split_into_equal_blocks(width, block_n, 
 @pytest.mark.parametrize("width", [64, 100], ids=["whole_columns", "padded_columns"])
 @pytest.mark.parametrize("order", ["chunked", "strided"])
 def test_both_row_orders_and_the_masked_tail(order, width, dtype, seed):
-    """Both orders of both kernels' persistent loops, whatever the committed tables choose, with whole
+    """Both orders of the backward's persistent loop, whatever the committed tables choose, with whole
     tiles (the unmasked, pipelined loop), a last tile that is partial, and tiles past M (the masked loop);
     at 100 columns every tile is masked."""
-    entry = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 128 if width > 64 else 64, "num_warps": 4,
-             "programs_per_sm": 2, "row_order": order, "num_stages": 3}  # fmt: skip
-    table = {mode: {"16bit": [entry], "fp32": [entry]} for mode in ("fwd", "bwd")}
+    bwd = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 128 if width > 64 else 64, "num_warps": 4,
+           "programs_per_sm": 2, "row_order": order, "num_stages": 3}  # fmt: skip
+    fwd = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 128, "num_warps": 4}
+    table = {"fwd": {"16bit": [fwd], "fp32": [fwd]}, "bwd": {"16bit": [bwd], "fp32": [bwd]}}
     rows = 4 * 76 + 1  # 77 tiles: no program count divides them
     with launch.overrides(table=table):
+        _, plan = plans_for((rows, width), DTYPES[dtype])
         n_tiles = -(-rows // 4)
-        for plan in plans_for((rows, width), DTYPES[dtype]):
-            assert plan.strided == (order == "strided") and rows % plan.BLOCK_M
-            assert plan.grid[0] * plan.tiles_per_program > n_tiles, "no program runs past M"
+        assert plan.strided == (order == "strided") and rows % plan.BLOCK_M
+        assert plan.grid[0] * plan.tiles_per_program > n_tiles, "no program runs past M"
         inp = make_inputs((rows, width), DTYPES[dtype], seed=seed)
         check_against_reference(inp, run(inp), label=f"{order} {width}: ")

@@ -22,7 +22,6 @@ pytestmark = pytest.mark.kernels_build
 
 ATOMIC = re.compile(r"\s(atom|red)(\.\w+)*\.(global|shared)")
 HOPPER = GPUTarget("cuda", 90, 32)
-CP_ASYNC_16B = re.compile(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 0x10")
 ALIGNED = [["tt.divisibility", 16]]
 
 
@@ -73,7 +72,7 @@ def _compile(fn, signature, constexprs, aligned, num_warps=4):
 def _fwd_signature(dt):
     return {"X": f"*{dt}", "Y": f"*{dt}", "ALPHA": "*fp32", "GAMMA": "*fp32", "BETA": "*fp32",
             "M": "i32", "N": "i32", "stride_xm": "i32", "stride_ym": "i32",
-            "n_col_blocks": "i32", "n_groups": "i32", "tiles_per_program": "i32"}  # fmt: skip
+            "n_col_blocks": "i32"}  # fmt: skip
 
 
 def _bwd_signature(dt):
@@ -88,10 +87,7 @@ def _bwd_signature(dt):
 @pytest.mark.parametrize(
     ("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 1, 2048), ("fp16", 64, 64)]
 )
-@pytest.mark.parametrize("stages", [1, 3], ids=["one_tile_per_program", "persistent"])
-def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, stages):
-    """16-byte loads (the masked tail's; the whole tiles' too without pipelining, else 16-byte cp.async
-    copies to shared memory) and 16-byte stores of y."""
+def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64):
     c = _compile(
         kernels.dyt_fwd_kernel,
         _fwd_signature(dt),
@@ -102,16 +98,12 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, stages
             "INT64": int64,
             "TANH": TANH_METHODS["poly_exp"],
             "APPROX": True,
-            "STRIDED": False,
-            "NUM_STAGES": stages,
-            "EVEN_N": True,
         },
         aligned=["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"],
     )
     ptx = c.asm["ptx"]
     assert "cubin" in c.asm
     assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx), "x is not loaded 16 bytes at a time"
-    assert ("cp.async" in ptx) == (stages > 1) and (stages == 1 or CP_ASYNC_16B.search(ptx))
     assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), "y is not stored 16 bytes at a time"
     assert "tanh.approx" not in ptx, "the default tanh must not use the hardware approximation"
     assert "rcp.approx" in ptx and "div.full" not in ptx, "the reciprocal must be one MUFU, not div.full"
@@ -145,20 +137,13 @@ def test_gpu_only_tanh_methods_compile(tanh):
     c = _compile(
         kernels.dyt_fwd_kernel,
         _fwd_signature("bf16"),
-        {
-            "HAS_BETA": False,
-            "BLOCK_M": 8,
-            "BLOCK_N": 512,
-            "INT64": False,
-            "TANH": tanh,
-            "APPROX": True,
-            "STRIDED": False,
-            "NUM_STAGES": 1,
-            "EVEN_N": False,
-        },  # fmt: skip
+        {"HAS_BETA": False, "BLOCK_M": 8, "BLOCK_N": 512, "INT64": False, "TANH": tanh, "APPROX": True},
         aligned=["X", "Y", "N"],
     )
     assert ("tanh.approx.f32" in c.asm["ptx"]) == (tanh == TANH_METHODS["hw_approx"])
+
+
+CP_ASYNC_16B = re.compile(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 0x10")
 
 
 @needs_compiler
