@@ -38,10 +38,11 @@ def compile_kernel(mode: str, dt: str, block_m: int, block_n: int, warps: int, s
               "APPROX": True}  # fmt: skip
     if mode == "bwd":
         aligned = ["X", "DY", "DX", "GAMMA", "N", "stride_xm", "stride_dym", "stride_dxm"]
-        constexprs = {**common, "STRIDED": False, "NUM_STAGES": stages, "EVEN_N": True}
+        constexprs = {**common, "STRIDED": False, "NUM_STAGES": stages, "EVEN_N": True, "GAMMA_PERIOD": 0}
         return build._compile(kernels.dyt_bwd_kernel, build._bwd_signature(dt), constexprs,
                               aligned=aligned, num_warps=warps)  # fmt: skip
-    return build._compile(kernels.dyt_fwd_kernel, build._fwd_signature(dt), {**common, "HAS_BETA": True},
+    constexprs = {**common, "HAS_BETA": True, "GAMMA_PERIOD": 0}
+    return build._compile(kernels.dyt_fwd_kernel, build._fwd_signature(dt), constexprs,
                           aligned=["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"],
                           num_warps=warps)  # fmt: skip
 

@@ -122,6 +122,16 @@ def _tanh_sech2(z, TANH: tl.constexpr, APPROX: tl.constexpr):
 
 
 @triton.jit
+def _param_index(cols, GAMMA_PERIOD: tl.constexpr):
+    """Index into gamma and beta: the column itself, or (rows folded, see dyt.launch.fold_factor) the
+    column modulo the true width, a power of two, so one AND."""
+    index = cols
+    if GAMMA_PERIOD > 0:
+        index = cols & (GAMMA_PERIOD - 1)
+    return index
+
+
+@triton.jit
 def _tile(pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr):
     """Row and column indices of tile (pid_m, pid_n) and its mask; rows in int64 when INT64."""
     if INT64:
@@ -137,7 +147,7 @@ def dyt_fwd_kernel(
     X, Y, ALPHA, GAMMA, BETA,
     M, N, stride_xm, stride_ym, n_col_blocks,
     HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr,
+    INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr, GAMMA_PERIOD: tl.constexpr,
 ):  # fmt: skip
     """y = gamma * tanh(alpha * x) + beta for one BLOCK_M x BLOCK_N tile per program."""
     pid = tl.program_id(0)
@@ -147,13 +157,13 @@ def dyt_fwd_kernel(
     col_ok = cols < N
 
     alpha = tl.load(ALPHA).to(tl.float32)
-    gamma = tl.load(GAMMA + cols, mask=col_ok, other=0.0).to(tl.float32)
+    gamma = tl.load(GAMMA + _param_index(cols, GAMMA_PERIOD), mask=col_ok, other=0.0).to(tl.float32)
     x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
 
     t = _tanh(alpha * x, TANH, APPROX)
     y = gamma[None, :] * t
     if HAS_BETA:
-        beta = tl.load(BETA + cols, mask=col_ok, other=0.0).to(tl.float32)
+        beta = tl.load(BETA + _param_index(cols, GAMMA_PERIOD), mask=col_ok, other=0.0).to(tl.float32)
         y = y + beta[None, :]
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
@@ -196,6 +206,7 @@ def dyt_bwd_kernel(
     M, N, stride_xm, stride_dym, stride_dxm, n_col_blocks, n_groups, tiles_per_program,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, TANH: tl.constexpr,
     APPROX: tl.constexpr, STRIDED: tl.constexpr, NUM_STAGES: tl.constexpr, EVEN_N: tl.constexpr,
+    GAMMA_PERIOD: tl.constexpr,
 ):  # fmt: skip
     """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
 
@@ -203,8 +214,8 @@ def dyt_bwd_kernel(
     row tiles of it: with STRIDED, tiles g, g + n_groups, g + 2 n_groups, ... (all programs stream through
     one region of memory at a time); otherwise the contiguous run from tile g * tiles_per_program. The
     launch table picks the order per dtype and width (measured: see NOTES.md). Partials go to row g of
-    PART_DGAMMA/PART_DBETA (shape (n_groups, N), float32) and to PART_DALPHA[p] (float64);
-    dyt_bwd_finish_kernel adds them up.
+    PART_DGAMMA/PART_DBETA (shape (n_groups, N), float32; with folded rows, GAMMA_PERIOD > 0, to row p of
+    (programs, GAMMA_PERIOD)) and to PART_DALPHA[p] (float64); dyt_bwd_finish_kernel adds them up.
 
     The tiles wholly inside the tensor come first, unmasked (EVEN_N: N is a multiple of BLOCK_N); then
     the rest, masked: the last partial tile, and tiles past M (which load and store nothing). The first
@@ -220,7 +231,7 @@ def dyt_bwd_kernel(
     col_ok = cols < N
 
     alpha = tl.load(ALPHA).to(tl.float32)
-    gamma = tl.load(GAMMA + cols, mask=col_ok, other=0.0).to(tl.float32)
+    gamma = tl.load(GAMMA + _param_index(cols, GAMMA_PERIOD), mask=col_ok, other=0.0).to(tl.float32)
     acc_dgamma = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_dbeta = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -256,8 +267,18 @@ def dyt_bwd_kernel(
             acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, True,
         )  # fmt: skip
 
-    tl.store(PART_DGAMMA + group * N + cols, tl.sum(acc_dgamma, axis=0), mask=col_ok)
-    tl.store(PART_DBETA + group * N + cols, tl.sum(acc_dbeta, axis=0), mask=col_ok)
+    if GAMMA_PERIOD > 0:
+        # Folded rows: this program's BLOCK_N columns are BLOCK_N // GAMMA_PERIOD copies of the true width
+        # (see dyt.launch.fold_factor); added up here, they make row pid of (programs, GAMMA_PERIOD) partials.
+        copies: tl.constexpr = BLOCK_N // GAMMA_PERIOD
+        true_cols = tl.arange(0, GAMMA_PERIOD)
+        dgamma = tl.sum(tl.reshape(tl.sum(acc_dgamma, axis=0), (copies, GAMMA_PERIOD)), axis=0)
+        dbeta = tl.sum(tl.reshape(tl.sum(acc_dbeta, axis=0), (copies, GAMMA_PERIOD)), axis=0)
+        tl.store(PART_DGAMMA + pid * GAMMA_PERIOD + true_cols, dgamma)
+        tl.store(PART_DBETA + pid * GAMMA_PERIOD + true_cols, dbeta)
+    else:
+        tl.store(PART_DGAMMA + group * N + cols, tl.sum(acc_dgamma, axis=0), mask=col_ok)
+        tl.store(PART_DBETA + group * N + cols, tl.sum(acc_dbeta, axis=0), mask=col_ok)
     # One scalar per program in float64: the finish kernel adds programs' sums without float32 drift.
     dalpha = tl.sum(tl.sum(acc_dalpha, axis=1), axis=0).to(tl.float64)
     tl.store(PART_DALPHA + pid + tl.arange(0, 1), tl.zeros((1,), dtype=tl.float64) + dalpha)

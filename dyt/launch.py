@@ -77,10 +77,16 @@ class TilePlan:
     grid: tuple[int]
     int64: bool
     tanh: int
+    gamma_period: int  # 0, or the true width when rows were folded (M, N are then the folded view's)
 
     @property
     def path(self) -> str:
         return path_name(self.n_col_blocks)
+
+    @property
+    def param_width(self) -> int:
+        """The width of gamma, beta and their gradients (the caller's N)."""
+        return self.gamma_period or self.N
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,9 +110,15 @@ class BwdPlan(TilePlan):
     def n_dalpha_partials(self) -> int:
         return self.grid[0]
 
+    @property
+    def finish_rows(self) -> int:
+        """Rows of the (finish_rows, param_width) partial buffers: one per row group, or with folded rows
+        one per program (each folds its columns' copies of the true width into one row)."""
+        return self.grid[0] if self.gamma_period else self.n_groups
+
     def partial_bytes(self) -> int:
         """Bytes the partial buffers cost: written once by the main kernel, read once by the finish."""
-        return 2 * (4 * 2 * self.n_groups * self.N + 8 * self.n_dalpha_partials)
+        return 2 * (4 * 2 * self.finish_rows * self.param_width + 8 * self.n_dalpha_partials)
 
 
 def path_name(n_col_blocks: int) -> str:
@@ -166,6 +178,20 @@ def tile_shape(entry: dict, width: int) -> tuple[int, int, int]:
     return block_m, block_n, cdiv(width, block_n)
 
 
+# Narrow contiguous rows run as FOLD_WIDTH-wide rows (measured fastest on H200: NOTES.md v12).
+FOLD_WIDTH = 1024
+
+
+def fold_factor(M: int, N: int, row_strides: tuple[int, ...]) -> int:
+    """How many rows to fold into one: FOLD_WIDTH // N where every tensor's rows are contiguous (stride N),
+    N is a power of two below FOLD_WIDTH and the element count divides; else 1. The kernels then see
+    (M * N / FOLD_WIDTH, FOLD_WIDTH) and index gamma and beta modulo N (their GAMMA_PERIOD); each backward
+    program adds its columns' copies of the true width before writing its partial row."""
+    if N >= FOLD_WIDTH or N & (N - 1) or (M * N) % FOLD_WIDTH or any(s != N for s in row_strides):
+        return 1
+    return FOLD_WIDTH // N
+
+
 def needs_int64(M: int, N: int, row_strides: tuple[int, ...], block_m: int) -> bool:
     """int64 offsets once any address a program may form (padded last tile included) can pass 2^31."""
     rows_padded = cdiv(max(M, 1), block_m) * block_m
@@ -183,7 +209,16 @@ def tanh_method(interpreter: bool) -> int:
     return TANH_METHODS[name]
 
 
-def _tile_fields(entry, M, N, row_strides, interpreter, tile, n_row_programs) -> dict:
+def _folded(M, N, row_strides, mode, itemsize, arch) -> tuple[int, int, tuple[int, ...], int]:
+    """(M, N, row_strides, gamma_period) of the view the kernels see (see fold_factor): folded where the
+    wide rows' column blocks each hold whole copies of the true width."""
+    fold = fold_factor(M, N, row_strides)
+    if fold > 1 and tile_shape(table_entry(_table(arch), mode, itemsize, N * fold), N * fold)[1] % N == 0:
+        return M // fold, N * fold, tuple(N * fold for _ in row_strides), N
+    return M, N, row_strides, 0
+
+
+def _tile_fields(entry, M, N, row_strides, interpreter, tile, n_row_programs, gamma_period) -> dict:
     """The TilePlan fields both plans share, with the grid checked against CUDA's axis-0 limit."""
     block_m, block_n, n_col_blocks = tile
     n_programs = n_row_programs * n_col_blocks
@@ -191,18 +226,20 @@ def _tile_fields(entry, M, N, row_strides, interpreter, tile, n_row_programs) ->
         raise ValueError(f"{M} x {N} needs {n_programs} programs, over the grid limit {GRID_X_LIMIT}")
     return dict(M=M, N=N, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=entry["num_warps"],
                 n_col_blocks=n_col_blocks, grid=(n_programs,), int64=needs_int64(M, N, row_strides, block_m),
-                tanh=tanh_method(interpreter))  # fmt: skip
+                tanh=tanh_method(interpreter), gamma_period=gamma_period)  # fmt: skip
 
 
 def plan_forward(M, N, itemsize, row_strides, *, arch="default", interpreter=False) -> FwdPlan:
     """One program per tile."""
+    M, N, row_strides, period = _folded(M, N, row_strides, "fwd", itemsize, arch)
     entry = table_entry(_table(arch), "fwd", itemsize, N)
     tile = tile_shape(entry, N)
-    return FwdPlan(**_tile_fields(entry, M, N, row_strides, interpreter, tile, cdiv(M, tile[0])))
+    return FwdPlan(**_tile_fields(entry, M, N, row_strides, interpreter, tile, cdiv(M, tile[0]), period))
 
 
 def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", interpreter=False) -> BwdPlan:
     """A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles."""
+    M, N, row_strides, period = _folded(M, N, row_strides, "bwd", itemsize, arch)
     entry = table_entry(_table(arch), "bwd", itemsize, N)
     tile = tile_shape(entry, N)
     n_tiles = max(1, cdiv(M, tile[0]))
@@ -216,16 +253,16 @@ def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", inte
     target_groups = max(1, min(wanted, max(budget_groups, floor_groups), n_tiles))
     tiles_per_program = cdiv(n_tiles, target_groups)
     n_groups = cdiv(n_tiles, tiles_per_program)
-    finish_g, finish_n = finish_tile(N, sm_count)
+    finish_g, finish_n = finish_tile(period or N, sm_count)
     return BwdPlan(
-        **_tile_fields(entry, M, N, row_strides, interpreter, tile, n_groups),
+        **_tile_fields(entry, M, N, row_strides, interpreter, tile, n_groups, period),
         n_groups=n_groups,
         tiles_per_program=tiles_per_program,
         strided=entry.get("row_order", "chunked") == "strided",
         num_stages=entry["num_stages"],
         finish_block_g=finish_g,
         finish_block_n=finish_n,
-        finish_grid=finish_grid(N, finish_n),
+        finish_grid=finish_grid(period or N, finish_n),
     )
 
 

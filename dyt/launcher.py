@@ -88,11 +88,13 @@ def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
     if M == 0:
         return y.to(out_dtype)
     plan = forward_plan(x2d)
+    xk, yk = (x2d.view(plan.M, plan.N), y.view(plan.M, plan.N)) if plan.gamma_period else (x2d, y)
     kernels.dyt_fwd_kernel[plan.grid](
-        x2d, y, alpha, gamma, beta if beta is not None else gamma,
-        M, N, x2d.stride(0), y.stride(0), plan.n_col_blocks,
+        xk, yk, alpha, gamma, beta if beta is not None else gamma,
+        plan.M, plan.N, xk.stride(0), yk.stride(0), plan.n_col_blocks,
         HAS_BETA=beta is not None, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
-        INT64=plan.int64, TANH=plan.tanh, APPROX=not interpreter_active(), num_warps=plan.num_warps,
+        INT64=plan.int64, TANH=plan.tanh, APPROX=not interpreter_active(), GAMMA_PERIOD=plan.gamma_period,
+        num_warps=plan.num_warps,
     )  # fmt: skip
     return y.to(out_dtype)
 
@@ -120,21 +122,23 @@ def backward_partials(plan: launch.BwdPlan, device) -> tuple[torch.Tensor, torch
     """The main kernel's partial sums: dgamma and dbeta per row group (float32), dalpha per program
     (float64)."""
     return (
-        _new((plan.n_groups, plan.N), torch.float32, device),
-        _new((plan.n_groups, plan.N), torch.float32, device),
+        _new((plan.finish_rows, plan.param_width), torch.float32, device),
+        _new((plan.finish_rows, plan.param_width), torch.float32, device),
         _new((plan.n_dalpha_partials,), torch.float64, device),
     )
 
 
 def launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials) -> None:
     """dyt_bwd_kernel: dx, and the partials (ci/bwd_split.py times it apart from the finish)."""
+    if plan.gamma_period:  # folded rows: the (M, N) tensors seen as (plan.M, plan.N), the same memory
+        x2d, dy2d, dx = (t.view(plan.M, plan.N) for t in (x2d, dy2d, dx))
     kernels.dyt_bwd_kernel[plan.grid](
         x2d, dy2d, dx, alpha, gamma, *partials,
         plan.M, plan.N, x2d.stride(0), dy2d.stride(0), dx.stride(0), plan.n_col_blocks, plan.n_groups,
         plan.tiles_per_program,
         BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64, TANH=plan.tanh,
         APPROX=not interpreter_active(), STRIDED=plan.strided, NUM_STAGES=plan.num_stages,
-        EVEN_N=plan.N % plan.BLOCK_N == 0, num_warps=plan.num_warps,
+        EVEN_N=plan.N % plan.BLOCK_N == 0, GAMMA_PERIOD=plan.gamma_period, num_warps=plan.num_warps,
     )  # fmt: skip
 
 
@@ -142,8 +146,8 @@ def launch_backward_finish(plan, partials, dgamma, dbeta, dalpha, tile=None, num
     """dyt_bwd_finish_kernel: the partials added up in a fixed order. tile=(BLOCK_G, BLOCK_N) and
     num_warps override the plan's (ci/bwd_split.py compares finishing tiles)."""
     block_g, block_n = tile or (plan.finish_block_g, plan.finish_block_n)
-    grid = plan.finish_grid if tile is None else launch.finish_grid(plan.N, block_n)
+    grid = plan.finish_grid if tile is None else launch.finish_grid(plan.param_width, block_n)
     kernels.dyt_bwd_finish_kernel[grid](
-        *partials, dgamma, dbeta, dalpha, plan.N, plan.n_groups, plan.n_dalpha_partials,
+        *partials, dgamma, dbeta, dalpha, plan.param_width, plan.finish_rows, plan.n_dalpha_partials,
         BLOCK_G=block_g, BLOCK_N=block_n, num_warps=num_warps or launch.FINISH_NUM_WARPS,
     )  # fmt: skip

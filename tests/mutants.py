@@ -145,7 +145,7 @@ MUTANTS: dict[str, Mutant] = {
             ),
             suite="tests/test_grid_limit.py",
             tests=tuple(
-                f"tests/test_grid_limit.py::test_narrow_rows_are_tiled_several_per_program[{w}-{i}]"
+                f"tests/test_grid_limit.py::test_narrow_rows_are_tiled_several_per_program[padded_rows-{w}-{i}]"
                 for w in (1, 2, 16, 64, 100, 128, 256)
                 for i in (2, 4)
             ),

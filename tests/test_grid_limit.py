@@ -24,10 +24,17 @@ SHAPE_CLASSES = [
 ]  # up to 128 GiB of bf16: more than a GPU holds
 
 
-def _plans(rows, width, itemsize):
-    fwd = launch.plan_forward(rows, width, itemsize, (width, width), arch="sm90")
-    bwd = launch.plan_backward(rows, width, itemsize, (width, width, width), sm_count=132, arch="sm90")
+def _plans(rows, width, itemsize, row_stride=None):
+    """Plans for contiguous rows, or for rows row_stride apart (padded rows: never folded)."""
+    s = row_stride or width
+    fwd = launch.plan_forward(rows, width, itemsize, (s, width), arch="sm90")
+    bwd = launch.plan_backward(rows, width, itemsize, (s, s, width), sm_count=132, arch="sm90")
     return fwd, bwd
+
+
+def _caller_rows_per_tile(plan) -> int:
+    """Rows of the caller's tensor in one tile: folded rows hold plan.N // plan.param_width each."""
+    return plan.BLOCK_M * plan.N // plan.param_width
 
 
 @pytest.mark.parametrize("itemsize", [2, 4])
@@ -36,25 +43,28 @@ def test_every_plan_is_one_dimensional_and_within_limits(itemsize):
         for plan in _plans(rows, width, itemsize):
             assert len(plan.grid) == 1, f"{rows}x{width}: grid {plan.grid} is not 1-D"
             assert 1 <= plan.grid[0] <= launch.GRID_X_LIMIT, f"{rows}x{width}: grid {plan.grid}"
-            covered = plan.grid[0] // plan.n_col_blocks * plan.BLOCK_M
+            covered = plan.grid[0] // plan.n_col_blocks * _caller_rows_per_tile(plan)
             if isinstance(plan, launch.BwdPlan):
                 covered *= plan.tiles_per_program
                 assert len(plan.finish_grid) == 1 and plan.finish_grid[0] <= GRID_Y_LIMIT
             assert covered >= rows, f"{rows}x{width}: plan covers only {covered} rows"
-            assert plan.n_col_blocks * plan.BLOCK_N >= width
+            assert plan.n_col_blocks * plan.BLOCK_N >= plan.N >= width
             needs64 = (rows - 1) * width + width > 2**31 - 1
             assert plan.int64 or not needs64, f"{rows}x{width}: int32 offsets would overflow"
 
 
 @pytest.mark.parametrize("itemsize", [2, 4])
 @pytest.mark.parametrize("width", [1, 2, 16, 64, 100, 128, 256])
-def test_narrow_rows_are_tiled_several_per_program(width, itemsize):
-    """The seed's starvation bug class: one program per row on narrow widths."""
-    fwd, bwd = _plans(2**20, width, itemsize)
+@pytest.mark.parametrize("contiguous", [False, True], ids=["padded_rows", "contiguous_rows"])
+def test_narrow_rows_are_tiled_several_per_program(width, itemsize, contiguous):
+    """The seed's starvation bug class: one program per row on narrow widths. Padded rows stack in the
+    tile; contiguous rows of a power-of-two width are folded into 1024-wide rows (launch.fold_factor)."""
+    fwd, bwd = _plans(2**20, width, itemsize, None if contiguous else 2 * width)
     for plan in (fwd, bwd):
-        assert plan.BLOCK_M >= 2 and plan.BLOCK_M * min(plan.BLOCK_N, width) >= 512, (
-            f"width {width}: tile of {plan.BLOCK_M} rows"
+        assert _caller_rows_per_tile(plan) >= 2 and plan.BLOCK_M * min(plan.BLOCK_N, plan.N) >= 512, (
+            f"width {width}: tile of {plan.BLOCK_M} rows of {plan.N}"
         )
+        assert plan.gamma_period == (width if contiguous and width & (width - 1) == 0 else 0), plan
     assert fwd.grid[0] <= 2**20 // 4, "forward launches one program per row or close to it"
 
 

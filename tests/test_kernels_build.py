@@ -87,7 +87,8 @@ def _bwd_signature(dt):
 @pytest.mark.parametrize(
     ("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 1, 2048), ("fp16", 64, 64)]
 )
-def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64):
+@pytest.mark.parametrize("period", [0, 64], ids=["rows", "folded_rows"])
+def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period):
     c = _compile(
         kernels.dyt_fwd_kernel,
         _fwd_signature(dt),
@@ -98,6 +99,7 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64):
             "INT64": int64,
             "TANH": TANH_METHODS["poly_exp"],
             "APPROX": True,
+            "GAMMA_PERIOD": period,
         },
         aligned=["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"],
     )
@@ -124,6 +126,7 @@ def test_gpu_only_tanh_methods_compile_in_the_backward(tanh):
             "STRIDED": False,
             "NUM_STAGES": 3,
             "EVEN_N": True,
+            "GAMMA_PERIOD": 0,
         },
         aligned=["X", "DY", "DX", "N"],
         num_warps=8,
@@ -137,7 +140,15 @@ def test_gpu_only_tanh_methods_compile(tanh):
     c = _compile(
         kernels.dyt_fwd_kernel,
         _fwd_signature("bf16"),
-        {"HAS_BETA": False, "BLOCK_M": 8, "BLOCK_N": 512, "INT64": False, "TANH": tanh, "APPROX": True},
+        {
+            "HAS_BETA": False,
+            "BLOCK_M": 8,
+            "BLOCK_N": 512,
+            "INT64": False,
+            "TANH": tanh,
+            "APPROX": True,
+            "GAMMA_PERIOD": 0,
+        },  # fmt: skip
         aligned=["X", "Y", "N"],
     )
     assert ("tanh.approx.f32" in c.asm["ptx"]) == (tanh == TANH_METHODS["hw_approx"])
@@ -150,7 +161,8 @@ CP_ASYNC_16B = re.compile(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 
 @pytest.mark.parametrize(("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 4, 1024)])
 @pytest.mark.parametrize("strided", [False, True], ids=["chunked", "strided"])
 @pytest.mark.parametrize("stages", [1, 3], ids=["unpipelined", "pipelined"])
-def test_backward_and_finish_compile(dt, block_m, block_n, strided, stages):
+@pytest.mark.parametrize("period", [0, 64], ids=["rows", "folded_rows"])
+def test_backward_and_finish_compile(dt, block_m, block_n, strided, stages, period):
     """16-byte accesses: plain ld.global.v4 for the masked tiles (and for all without pipelining),
     16-byte cp.async copies into shared memory for the whole tiles with pipelining (the launch tables ask
     for NUM_STAGES >= 3 on Hopper); 16-byte dx stores."""
@@ -166,6 +178,7 @@ def test_backward_and_finish_compile(dt, block_m, block_n, strided, stages):
             "STRIDED": strided,
             "NUM_STAGES": stages,
             "EVEN_N": True,
+            "GAMMA_PERIOD": period,
         },
         aligned=["X", "DY", "DX", "N", "stride_xm", "stride_dym", "stride_dxm"],
     )

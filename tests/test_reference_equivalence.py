@@ -204,3 +204,34 @@ def test_gpu_tanh_methods(path, seed):
         off = float((got.double() - ref).abs().view(-1)[worst])
         limit = float(allowed.view(-1)[worst])
         assert float(excess.max()) <= 0, f"hw_approx {name}: element {worst} off by {off:.3e} > {limit:.3e}"
+
+
+# (rows, width, folds): 50 x 64 elements are not a multiple of 1024
+FOLD_CASES = [(256, 64, True), (48, 64, True), (50, 64, False), (512, 2, True), (40, 256, True),
+              (8, 512, True)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rows", "width", "folds"), FOLD_CASES, ids=str)
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("alpha", [None, float("inf")], ids=["alpha", "inf_alpha"])
+def test_contiguous_power_of_two_rows_fold(rows, width, folds, dtype, alpha, seed):
+    """Contiguous rows of a power-of-two width below 1024 run as 1024-wide rows when the element count
+    allows (dyt.launch.fold_factor): against the reference, with an infinite alpha where the folded
+    view's last tile is partial (48 x 64 -> 3 x 1024), and bit for bit against the same rows unfolded
+    (every other row of a taller tensor), for y and dx."""
+    dt = DTYPES[dtype]
+    fwd, bwd = plans_for((rows, width), dt)
+    assert (fwd.gamma_period, bwd.gamma_period) == ((width, width) if folds else (0, 0)), (fwd, bwd)
+    inp = make_inputs((rows, width), dt, seed=seed, alpha=alpha)
+    outs = run(inp)
+    check_against_reference(inp, outs)
+    tall = torch.zeros(2 * rows, width, dtype=dt, device=inp.x.device)
+    tall[::2] = inp.x.detach()
+    unfolded = make_inputs((rows, width), dt, seed=seed, alpha=alpha)
+    unfolded.x = tall[::2].requires_grad_()
+    unfolded.dy = inp.dy
+    y, dx = run(unfolded)[:2]
+    bits = {2: torch.int16, 4: torch.int32}
+    for name, got, want in (("y", y, outs[0]), ("dx", dx, outs[1])):
+        as_bits = [t.contiguous().view(bits[t.element_size()]) for t in (got, want)]
+        assert torch.equal(*as_bits), f"folding changed the bits of {name}"
