@@ -127,7 +127,8 @@ def _param_index(cols, GAMMA_PERIOD: tl.constexpr):
     column modulo the true width, a power of two, so one AND."""
     index = cols
     if GAMMA_PERIOD > 0:
-        index = cols & (GAMMA_PERIOD - 1)
+        # Runs of GAMMA_PERIOD consecutive indices from multiples of it: said, so loads stay 16 bytes wide.
+        index = tl.max_contiguous(tl.multiple_of(cols & (GAMMA_PERIOD - 1), GAMMA_PERIOD), GAMMA_PERIOD)
     return index
 
 
