@@ -1,7 +1,7 @@
 """Registers and SASS instructions per element of the kernels, compiled for sm_90 on any machine.
 
     python ci/sass_stats.py bwd bf16 1x1024x4 2x1024x8x4  # mode, dtype, BLOCK_MxBLOCK_Nxwarps[xNUM_STAGES]
-    python ci/sass_stats.py fwd fp32 4x1024x4
+    python ci/sass_stats.py fwd fp32 4x1024x4 4x1024x4x0   # forward: a last field of 0 takes the bitwise sign
 
 Compiles with triton.compile for Hopper (no GPU needed; Triton's wheel carries ptxas and cuobjdump), reads
 the register count from `cuobjdump -res-usage`, and counts the SASS of the backward's persistent loop
@@ -41,7 +41,7 @@ def compile_kernel(mode: str, dt: str, block_m: int, block_n: int, warps: int, s
         constexprs = {**common, "STRIDED": False, "NUM_STAGES": stages, "EVEN_N": True, "GAMMA_PERIOD": 0}
         return build._compile(kernels.dyt_bwd_kernel, build._bwd_signature(dt), constexprs,
                               aligned=aligned, num_warps=warps)  # fmt: skip
-    constexprs = {**common, "HAS_BETA": True, "GAMMA_PERIOD": 0}
+    constexprs = {**common, "HAS_BETA": True, "GAMMA_PERIOD": 0, "SIGN_SELECT": stages != 0}
     return build._compile(kernels.dyt_fwd_kernel, build._fwd_signature(dt), constexprs,
                           aligned=["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"],
                           num_warps=warps)  # fmt: skip

@@ -71,14 +71,20 @@ def _with_sign_of(magnitude, z):
 
 
 @triton.jit
-def _tanh(z, TANH: tl.constexpr, APPROX: tl.constexpr):
-    """tanh(z) in float32 (the forward's helper). TANH picks the method; the interpreter has only 0."""
+def _tanh(z, TANH: tl.constexpr, APPROX: tl.constexpr, SIGN_SELECT: tl.constexpr):
+    """tanh(z) in float32 (the forward's helper). TANH picks the method; the interpreter has only 0.
+
+    SIGN_SELECT picks how method 0 gives the exp branch its sign: a compare and select, or one bitwise op
+    (_with_sign_of). Same bits either way; the compiler's registers and schedule differ, and which one is
+    faster depends on the tile (measured per launch-table entry, NOTES.md v13).
+    """
     if TANH == 0:
         a = tl.abs(z)
         t_exp = 1.0 - 2.0 * _rcp(_exp2(a * _TWO_LOG2E, APPROX) + 1.0, APPROX)  # past |z| ~ 44: inf, so t = 1
-        # The sign by a select here, not by _with_sign_of: that took 14 more registers in this kernel and
-        # measured slower at 768 columns (NOTES.md v13).
-        t = tl.where(a < _POLY_LIMIT, _tanh_poly(z), tl.where(z < 0, -t_exp, t_exp))
+        if SIGN_SELECT:
+            t = tl.where(a < _POLY_LIMIT, _tanh_poly(z), tl.where(z < 0, -t_exp, t_exp))
+        else:
+            t = _with_sign_of(tl.where(a < _POLY_LIMIT, _tanh_poly(a), t_exp), z)
     elif TANH == 1:
         t = libdevice.tanh(z)
     else:
@@ -115,10 +121,10 @@ def _tanh_sech2(z, TANH: tl.constexpr, APPROX: tl.constexpr):
         t = _with_sign_of(tl.where(a < _POLY_LIMIT, _tanh_poly(a), 1.0 - q), z)
         sech2 = sech * sech
     elif TANH == 1:
-        t = _tanh(z, TANH, APPROX)
+        t = _tanh(z, TANH, APPROX, True)
         sech2 = sech * sech
     else:  # the hardware approximation's documented opt-in error, sech^2 included
-        t = _tanh(z, TANH, APPROX)
+        t = _tanh(z, TANH, APPROX, True)
         sech2 = 1.0 - t * t
     return t, sech2
 
@@ -151,6 +157,7 @@ def dyt_fwd_kernel(
     M, N, stride_xm, stride_ym, n_col_blocks,
     HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr, GAMMA_PERIOD: tl.constexpr,
+    SIGN_SELECT: tl.constexpr,
 ):  # fmt: skip
     """y = gamma * tanh(alpha * x) + beta for one BLOCK_M x BLOCK_N tile per program."""
     pid = tl.program_id(0)
@@ -163,7 +170,7 @@ def dyt_fwd_kernel(
     gamma = tl.load(GAMMA + _param_index(cols, GAMMA_PERIOD), mask=col_ok, other=0.0).to(tl.float32)
     x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
 
-    t = _tanh(alpha * x, TANH, APPROX)
+    t = _tanh(alpha * x, TANH, APPROX, SIGN_SELECT)
     y = gamma[None, :] * t
     if HAS_BETA:
         beta = tl.load(BETA + _param_index(cols, GAMMA_PERIOD), mask=col_ok, other=0.0).to(tl.float32)

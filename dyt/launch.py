@@ -93,6 +93,8 @@ class TilePlan:
 class FwdPlan(TilePlan):
     """One tile per program."""
 
+    sign_select: bool  # how tanh takes its sign (dyt.kernels._tanh): the table entry's "sign"
+
 
 @dataclasses.dataclass(frozen=True)
 class BwdPlan(TilePlan):
@@ -234,7 +236,8 @@ def plan_forward(M, N, itemsize, row_strides, *, arch="default", interpreter=Fal
     M, N, row_strides, period = _folded(M, N, row_strides, "fwd", itemsize, arch)
     entry = table_entry(_table(arch), "fwd", itemsize, N)
     tile = tile_shape(entry, N)
-    return FwdPlan(**_tile_fields(entry, M, N, row_strides, interpreter, tile, cdiv(M, tile[0]), period))
+    fields = _tile_fields(entry, M, N, row_strides, interpreter, tile, cdiv(M, tile[0]), period)
+    return FwdPlan(**fields, sign_select=entry.get("sign", "select") == "select")
 
 
 def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", interpreter=False) -> BwdPlan:

@@ -94,7 +94,7 @@ def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
         plan.M, plan.N, xk.stride(0), yk.stride(0), plan.n_col_blocks,
         HAS_BETA=beta is not None, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
         INT64=plan.int64, TANH=plan.tanh, APPROX=not interpreter_active(), GAMMA_PERIOD=plan.gamma_period,
-        num_warps=plan.num_warps,
+        SIGN_SELECT=plan.sign_select, num_warps=plan.num_warps,
     )  # fmt: skip
     return y.to(out_dtype)
 

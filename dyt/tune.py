@@ -28,6 +28,7 @@ WIDE_BLOCK_N = {"fwd": [1024, 2048, 4096], "bwd": [512, 1024, 2048]}
 WIDE_FROM = {"fwd": 4096, "bwd": 2048}
 PROGRAMS_PER_SM = [3, 4, 6, 8]
 NUM_STAGES = [3, 4]  # the backward loop's pipelining depth (dyt.kernels.dyt_bwd_kernel)
+SIGNS = ["select", "bitwise"]  # how the forward's tanh takes its sign (dyt.kernels._tanh)
 ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.kernels.dyt_bwd_kernel
 
 
@@ -40,7 +41,7 @@ def candidates(mode: str, width: int) -> list[dict]:
                 continue
             entry = {"max_width": None, "BLOCK_M": tile // block_n, "BLOCK_N": block_n, "num_warps": warps}
             if mode == "fwd":
-                out.append(entry)
+                out += [{**entry, "sign": sign} for sign in SIGNS]
                 continue
             for pps in PROGRAMS_PER_SM:
                 for order in ROW_ORDERS:

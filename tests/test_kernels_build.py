@@ -88,7 +88,8 @@ def _bwd_signature(dt):
     ("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 1, 2048), ("fp16", 64, 64)]
 )
 @pytest.mark.parametrize("period", [0, 64], ids=["rows", "folded_rows"])
-def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period):
+@pytest.mark.parametrize("sign_select", [True, False], ids=["sign_select", "sign_bitwise"])
+def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period, sign_select):
     c = _compile(
         kernels.dyt_fwd_kernel,
         _fwd_signature(dt),
@@ -100,6 +101,7 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period
             "TANH": TANH_METHODS["poly_exp"],
             "APPROX": True,
             "GAMMA_PERIOD": period,
+            "SIGN_SELECT": sign_select,
         },
         aligned=["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"],
     )
@@ -148,6 +150,7 @@ def test_gpu_only_tanh_methods_compile(tanh):
             "TANH": tanh,
             "APPROX": True,
             "GAMMA_PERIOD": 0,
+            "SIGN_SELECT": True,
         },  # fmt: skip
         aligned=["X", "Y", "N"],
     )

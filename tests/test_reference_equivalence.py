@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import dyt
-from dyt import launch, ops, reference, torch_path
+from dyt import launch, launcher, ops, reference, torch_path
 
 from helpers import DTYPES, check_against_reference, device, make_inputs, on_gpu, plans_for, run
 from paths import PATHS, assert_path, path_context
@@ -235,3 +235,24 @@ def test_contiguous_power_of_two_rows_fold(rows, width, folds, dtype, alpha, see
     for name, got, want in (("y", y, outs[0]), ("dx", dx, outs[1])):
         as_bits = [t.contiguous().view(bits[t.element_size()]) for t in (got, want)]
         assert torch.equal(*as_bits), f"folding changed the bits of {name}"
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_both_forward_sign_forms_give_the_same_bits(path, dtype, seed):
+    """The launch table picks per entry how the forward's tanh takes its sign (a select, or one bitwise
+    op): both forms against the reference, and y bit for bit the same, zeros of both signs included."""
+    width = PATHS[path][0]
+    dt = DTYPES[dtype]
+    inp = make_inputs((37, width), dt, seed=seed)
+    inp.x.data[0, :3] = torch.tensor([0.0, -0.0, -1e-30], dtype=dt)
+    ys = []
+    for sign in ("select", "bitwise"):
+        table = launch.load_table(launcher.device_facts(device())[0])
+        table = {**table, "fwd": {b: [{**e, "sign": sign} for e in es] for b, es in table["fwd"].items()}}
+        with path_context(path), launch.overrides(table=table):
+            assert plans_for((37, width), dt)[0].sign_select == (sign == "select")
+            outs = run(inp)
+            check_against_reference(inp, outs, label=f"sign {sign}: ")
+        ys.append(outs[0].contiguous().view(torch.int16 if dt != torch.float32 else torch.int32))
+    assert torch.equal(*ys), "the two sign forms disagree in some bit of y"
