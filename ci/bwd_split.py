@@ -3,9 +3,10 @@
     python ci/bwd_split.py [--out FILE.json] [--widths 64,1024,16384] [--dtypes bf16,fp32]
 
 At each bandwidth shape (2^26 elements) it times, as medians of CUDA-graph replays with the planned
-launch: the main kernel alone, the finish alone with its planned tile, the finish with the tile it had
-before the planned one (8 groups x 256 columns, 4 warps: one program per 256 columns), and the whole
-`dyt.launcher.backward`. Dev tool for NOTES.md; needs a CUDA GPU.
+launch: the main kernel alone, the finish alone with its planned tile, the finish kernel with the tile
+it had before finish_tile (8 groups x 256 columns, 4 warps: one program per 256 columns; since 37ff63e
+dalpha has its own program either way), and the whole `dyt.launcher.backward`. Dev tool for NOTES.md;
+needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def split(width: int, dtype_name: str) -> dict:
     alpha = torch.full((1,), 0.5, device="cuda", dtype=dtype)
     gamma = torch.randn(width, device="cuda", dtype=dtype)
     dx = torch.empty_like(x)
-    grads = [torch.empty(n, device="cuda", dtype=dtype) for n in (1, width, width)]
+    dalpha, dgamma, dbeta = (torch.empty(n, device="cuda", dtype=dtype) for n in (1, width, width))
     plan = launcher.backward_plan(x, dy)
     partials = launcher.backward_partials(plan, x.device)
     us = lambda call: round(1e3 * replay_median_ms(call, reps=10, replays=5), 2)  # noqa: E731
@@ -50,9 +51,9 @@ def split(width: int, dtype_name: str) -> dict:
         "n_groups": plan.n_groups,
         "finish_tile": [plan.finish_block_g, plan.finish_block_n],
         "main_us": us(main),
-        "finish_us": us(lambda: launcher.launch_backward_finish(plan, partials, *grads[::-1][:2], grads[0])),
+        "finish_us": us(lambda: launcher.launch_backward_finish(plan, partials, dgamma, dbeta, dalpha)),
         "old_finish_us": us(
-            lambda: launcher.launch_backward_finish(plan, partials, *grads[::-1][:2], grads[0], tile, warps)
+            lambda: launcher.launch_backward_finish(plan, partials, dgamma, dbeta, dalpha, tile, warps)
         ),
         "backward_us": us(lambda: launcher.backward(dy, x, alpha, gamma, dtype, dtype, dtype, dtype)),
     }

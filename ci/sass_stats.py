@@ -26,25 +26,16 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import test_kernels_build as build  # noqa: E402
 import triton  # noqa: E402
 
-from dyt import kernels  # noqa: E402
-from dyt.launch import TANH_METHODS  # noqa: E402
-
 CUOBJDUMP = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
 INSTRUCTION = re.compile(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 
 
 def compile_kernel(mode: str, dt: str, block_m: int, block_n: int, warps: int, stages: int = 3):
-    common = {"BLOCK_M": block_m, "BLOCK_N": block_n, "INT64": False, "TANH": TANH_METHODS["poly_exp"],
-              "APPROX": True}  # fmt: skip
+    """The kernel as the launcher compiles it, with aligned pointers and strides (tests/test_kernels_build.py
+    holds the full set of compile-time constants). For the forward, stages = 0 takes the bitwise sign."""
     if mode == "bwd":
-        aligned = ["X", "DY", "DX", "GAMMA", "N", "stride_xm", "stride_dym", "stride_dxm"]
-        constexprs = {**common, "STRIDED": False, "NUM_STAGES": stages, "EVEN_N": True, "GAMMA_PERIOD": 0}
-        return build._compile(kernels.dyt_bwd_kernel, build._bwd_signature(dt), constexprs,
-                              aligned=aligned, num_warps=warps)  # fmt: skip
-    constexprs = {**common, "HAS_BETA": True, "GAMMA_PERIOD": 0, "SIGN_SELECT": stages != 0}
-    return build._compile(kernels.dyt_fwd_kernel, build._fwd_signature(dt), constexprs,
-                          aligned=["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"],
-                          num_warps=warps)  # fmt: skip
+        return build.compile_backward(dt, warps, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=stages)
+    return build.compile_forward(dt, warps, BLOCK_M=block_m, BLOCK_N=block_n, SIGN_SELECT=stages != 0)
 
 
 def sass_of(cubin: bytes) -> tuple[int, list[tuple[int, str]]]:

@@ -82,6 +82,30 @@ def _bwd_signature(dt):
             "n_groups": "i32", "tiles_per_program": "i32"}  # fmt: skip
 
 
+# Every compile-time constant of each kernel, as the launcher passes them for a plain 4 x 1024 tile: the
+# tests (and ci/sass_stats.py) name only what they vary, so a new constant is added here once.
+FWD_CONSTEXPRS = {"HAS_BETA": True, "BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False,
+                  "TANH": TANH_METHODS["poly_exp"], "APPROX": True, "GAMMA_PERIOD": 0,
+                  "SIGN_SELECT": True}  # fmt: skip
+BWD_CONSTEXPRS = {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": TANH_METHODS["poly_exp"],
+                  "APPROX": True, "STRIDED": False, "NUM_STAGES": 3, "EVEN_N": True,
+                  "GAMMA_PERIOD": 0}  # fmt: skip
+FWD_ALIGNED = ["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"]
+BWD_ALIGNED = ["X", "DY", "DX", "GAMMA", "N", "stride_xm", "stride_dym", "stride_dxm"]
+
+
+def compile_forward(dt="bf16", num_warps=4, **constexprs):
+    """dyt_fwd_kernel for sm_90, FWD_CONSTEXPRS with the given ones changed."""
+    return _compile(kernels.dyt_fwd_kernel, _fwd_signature(dt), {**FWD_CONSTEXPRS, **constexprs},
+                    aligned=FWD_ALIGNED, num_warps=num_warps)  # fmt: skip
+
+
+def compile_backward(dt="bf16", num_warps=4, **constexprs):
+    """dyt_bwd_kernel for sm_90, BWD_CONSTEXPRS with the given ones changed."""
+    return _compile(kernels.dyt_bwd_kernel, _bwd_signature(dt), {**BWD_CONSTEXPRS, **constexprs},
+                    aligned=BWD_ALIGNED, num_warps=num_warps)  # fmt: skip
+
+
 @needs_compiler
 @pytest.mark.parametrize("int64", [False, True])
 @pytest.mark.parametrize(
@@ -90,20 +114,8 @@ def _bwd_signature(dt):
 @pytest.mark.parametrize("period", [0, 64], ids=["rows", "folded_rows"])
 @pytest.mark.parametrize("sign_select", [True, False], ids=["sign_select", "sign_bitwise"])
 def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period, sign_select):
-    c = _compile(
-        kernels.dyt_fwd_kernel,
-        _fwd_signature(dt),
-        {
-            "HAS_BETA": True,
-            "BLOCK_M": block_m,
-            "BLOCK_N": block_n,
-            "INT64": int64,
-            "TANH": TANH_METHODS["poly_exp"],
-            "APPROX": True,
-            "GAMMA_PERIOD": period,
-            "SIGN_SELECT": sign_select,
-        },
-        aligned=["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"],
+    c = compile_forward(
+        dt, BLOCK_M=block_m, BLOCK_N=block_n, INT64=int64, GAMMA_PERIOD=period, SIGN_SELECT=sign_select
     )
     ptx = c.asm["ptx"]
     assert "cubin" in c.asm
@@ -116,44 +128,14 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period
 @needs_compiler
 @pytest.mark.parametrize("tanh", [TANH_METHODS["libdevice"], TANH_METHODS["hw_approx"]])
 def test_gpu_only_tanh_methods_compile_in_the_backward(tanh):
-    c = _compile(
-        kernels.dyt_bwd_kernel,
-        _bwd_signature("bf16"),
-        {
-            "BLOCK_M": 4,
-            "BLOCK_N": 1024,
-            "INT64": False,
-            "TANH": tanh,
-            "APPROX": True,
-            "STRIDED": False,
-            "NUM_STAGES": 3,
-            "EVEN_N": True,
-            "GAMMA_PERIOD": 0,
-        },
-        aligned=["X", "DY", "DX", "N"],
-        num_warps=8,
-    )
+    c = compile_backward(TANH=tanh, num_warps=8)
     assert ("tanh.approx.f32" in c.asm["ptx"]) == (tanh == TANH_METHODS["hw_approx"])
 
 
 @needs_compiler
 @pytest.mark.parametrize("tanh", [TANH_METHODS["libdevice"], TANH_METHODS["hw_approx"]])
 def test_gpu_only_tanh_methods_compile(tanh):
-    c = _compile(
-        kernels.dyt_fwd_kernel,
-        _fwd_signature("bf16"),
-        {
-            "HAS_BETA": False,
-            "BLOCK_M": 8,
-            "BLOCK_N": 512,
-            "INT64": False,
-            "TANH": tanh,
-            "APPROX": True,
-            "GAMMA_PERIOD": 0,
-            "SIGN_SELECT": True,
-        },  # fmt: skip
-        aligned=["X", "Y", "N"],
-    )
+    c = compile_forward(HAS_BETA=False, BLOCK_M=8, BLOCK_N=512, TANH=tanh)
     assert ("tanh.approx.f32" in c.asm["ptx"]) == (tanh == TANH_METHODS["hw_approx"])
 
 
@@ -169,21 +151,8 @@ def test_backward_and_finish_compile(dt, block_m, block_n, strided, stages, peri
     """16-byte accesses: plain ld.global.v4 for the masked tiles (and for all without pipelining),
     16-byte cp.async copies into shared memory for the whole tiles with pipelining (the launch tables ask
     for NUM_STAGES >= 3 on Hopper); 16-byte dx stores."""
-    c = _compile(
-        kernels.dyt_bwd_kernel,
-        _bwd_signature(dt),
-        {
-            "BLOCK_M": block_m,
-            "BLOCK_N": block_n,
-            "INT64": False,
-            "TANH": TANH_METHODS["poly_exp"],
-            "APPROX": True,
-            "STRIDED": strided,
-            "NUM_STAGES": stages,
-            "EVEN_N": True,
-            "GAMMA_PERIOD": period,
-        },
-        aligned=["X", "DY", "DX", "N", "stride_xm", "stride_dym", "stride_dxm"],
+    c = compile_backward(
+        dt, BLOCK_M=block_m, BLOCK_N=block_n, STRIDED=strided, NUM_STAGES=stages, GAMMA_PERIOD=period
     )
     ptx = c.asm["ptx"]
     assert not ATOMIC.search(ptx), "reductions must not use atomics (determinism)"
