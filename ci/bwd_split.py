@@ -3,15 +3,15 @@
     python ci/bwd_split.py [--out FILE.json] [--widths 64,1024,16384] [--dtypes bf16,fp32]
 
 At each bandwidth shape (2^26 elements) it times, as medians of CUDA-graph replays with the planned
-launch: the main kernel alone, the finish alone with its planned tile, the finish kernel with the tile
-it had before finish_tile (8 groups x 256 columns, 4 warps: one program per 256 columns; since 37ff63e
-dalpha has its own program either way), and the whole `dyt.launcher.backward`. Dev tool for NOTES.md;
-needs a CUDA GPU.
+launch: the main kernel alone, the finish alone, the two in sequence with the finish launched by
+programmatic dependent launch (the plan's choice on sm_90) and without, and the whole
+`dyt.launcher.backward`. Dev tool for NOTES.md; needs a CUDA GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import sys
@@ -19,7 +19,6 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-OLD_FINISH = ((8, 256), 4)  # (BLOCK_G, BLOCK_N), num_warps before finish_tile
 WIDTHS = (64, 128, 256, 512, 768, 1024, 2048, 4096, 8192, 16384)
 
 
@@ -42,7 +41,14 @@ def split(width: int, dtype_name: str) -> dict:
     us = lambda call: round(1e3 * replay_median_ms(call, reps=10, replays=5), 2)  # noqa: E731
     main = lambda: launcher.launch_backward_main(plan, x, dy, dx, alpha, gamma, partials)  # noqa: E731
     main()
-    tile, warps = OLD_FINISH
+
+    def both(p):
+        def call():
+            launcher.launch_backward_main(p, x, dy, dx, alpha, gamma, partials)
+            launcher.launch_backward_finish(p, partials, dgamma, dbeta, dalpha)
+
+        return call
+
     return {
         "dtype": dtype_name,
         "M": rows,
@@ -52,9 +58,8 @@ def split(width: int, dtype_name: str) -> dict:
         "finish_tile": [plan.finish_block_g, plan.finish_block_n],
         "main_us": us(main),
         "finish_us": us(lambda: launcher.launch_backward_finish(plan, partials, dgamma, dbeta, dalpha)),
-        "old_finish_us": us(
-            lambda: launcher.launch_backward_finish(plan, partials, dgamma, dbeta, dalpha, tile, warps)
-        ),
+        "main_finish_pdl_us": us(both(dataclasses.replace(plan, pdl=True))),
+        "main_finish_no_pdl_us": us(both(dataclasses.replace(plan, pdl=False))),
         "backward_us": us(lambda: launcher.backward(dy, x, alpha, gamma, dtype, dtype, dtype, dtype)),
     }
 

@@ -130,6 +130,24 @@ def _tanh_sech2(z, TANH: tl.constexpr, APPROX: tl.constexpr):
 
 
 @triton.jit
+def _launch_dependents(PDL: tl.constexpr):
+    """Programmatic dependent launch (sm_90+): lets the next kernel on the stream, launched with PDL,
+    start once every program of this one has passed here. The interpreter has no PTX (PDL=False)."""
+    if PDL:
+        tl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=tl.int32,
+                                  is_pure=False, pack=1)  # fmt: skip
+
+
+@triton.jit
+def _wait_for_primary(PDL: tl.constexpr):
+    """Blocks until the kernel before this one on the stream has finished and its writes are visible
+    (a no-op when this kernel was launched without PDL, or PDL=False in the interpreter)."""
+    if PDL:
+        tl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=tl.int32, is_pure=False,
+                                  pack=1)  # fmt: skip
+
+
+@triton.jit
 def _param_index(cols, GAMMA_PERIOD: tl.constexpr):
     """Index into gamma and beta: the column itself, or (rows folded, see dyt.launch.fold_factor) the
     column modulo the true width, a power of two, so one AND."""
@@ -216,7 +234,7 @@ def dyt_bwd_kernel(
     M, N, stride_xm, stride_dym, stride_dxm, n_col_blocks, n_groups, tiles_per_program,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, TANH: tl.constexpr,
     APPROX: tl.constexpr, STRIDED: tl.constexpr, NUM_STAGES: tl.constexpr, EVEN_N: tl.constexpr,
-    GAMMA_PERIOD: tl.constexpr,
+    GAMMA_PERIOD: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
 
@@ -233,6 +251,9 @@ def dyt_bwd_kernel(
     copied to shared memory asynchronously (cp.async) while this tile is computed, so the loads in flight
     cost shared memory, not registers. All three sums are per-lane float32 accumulators reduced once at
     the end, so the loops have no cross-thread reduction.
+
+    With PDL, each program lets the finishing kernel launch once its loops are done: that launch then
+    overlaps this kernel's last programs instead of following them (the finish waits for the data).
     """
     pid = tl.program_id(0)
     pid_n = pid % n_col_blocks
@@ -276,6 +297,7 @@ def dyt_bwd_kernel(
             X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
             acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, True,
         )  # fmt: skip
+    _launch_dependents(PDL)
 
     if GAMMA_PERIOD > 0:
         # Folded rows: this program's BLOCK_N columns are BLOCK_N // GAMMA_PERIOD copies of the true width
@@ -298,13 +320,15 @@ def dyt_bwd_kernel(
 def dyt_bwd_finish_kernel(
     PART_DGAMMA, PART_DBETA, PART_DALPHA, DGAMMA, DBETA, DALPHA,
     N, n_groups, n_dalpha_partials,
-    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """Adds the partials in a fixed order (no atomics) and stores each gradient in its parameter's dtype.
 
     Programs 0 .. cdiv(N, BLOCK_N) - 1 each own a column block of dgamma and dbeta; the last program adds
-    up dalpha alone, at the same time (this kernel's time is a few dependent memory round trips).
+    up dalpha alone, at the same time (this kernel's time is a few dependent memory round trips). With
+    PDL it is launched while the main kernel still runs, and waits here for the partials.
     """
+    _wait_for_primary(PDL)
     pid = tl.program_id(0)
     if pid == tl.num_programs(0) - 1:
         acc_dalpha = tl.zeros((BLOCK_G * BLOCK_N,), dtype=tl.float64)

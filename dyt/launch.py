@@ -78,6 +78,8 @@ class TilePlan:
     int64: bool
     tanh: int
     gamma_period: int  # 0, or the true width when rows were folded (M, N are then the folded view's)
+    # The kernels compiled for this plan, filled by dyt.direct_launch; not part of what the plan is.
+    launches: dict = dataclasses.field(default_factory=dict, compare=False, repr=False, kw_only=True)
 
     @property
     def path(self) -> str:
@@ -107,6 +109,7 @@ class BwdPlan(TilePlan):
     finish_block_g: int
     finish_block_n: int
     finish_grid: tuple[int]
+    pdl: bool  # the finish launched by programmatic dependent launch (see supports_pdl)
 
     @property
     def n_dalpha_partials(self) -> int:
@@ -266,7 +269,14 @@ def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", inte
         finish_block_g=finish_g,
         finish_block_n=finish_n,
         finish_grid=finish_grid(period or N, finish_n),
+        pdl=supports_pdl(arch) and not interpreter,
     )
+
+
+def supports_pdl(arch: str) -> bool:
+    """Programmatic dependent launch (griddepcontrol) exists from sm_90 (Hopper) on."""
+    digits = arch[2:] if arch.startswith("sm") else ""
+    return digits.isdigit() and int(digits) >= 90
 
 
 def finish_grid(N: int, block_n: int) -> tuple[int]:

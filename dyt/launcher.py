@@ -5,12 +5,13 @@ Inputs arrive as (M, N) views with unit column stride (dyt.ops makes them so); r
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
 import torch
 
-from dyt import kernels, launch
+from dyt import direct_launch, kernels, launch
 
 
 def interpreter_active() -> bool:
@@ -81,6 +82,13 @@ def _new(shape, dtype, device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+def _current(device: torch.device):
+    """Makes the tensors' GPU the current one for the launches: Triton launches on the current device."""
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        return torch.cuda.device(device)
+    return contextlib.nullcontext()
+
+
 def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
     """y (M, N) contiguous, in out_dtype."""
     M, N = x2d.shape
@@ -89,13 +97,17 @@ def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
         return y.to(out_dtype)
     plan = forward_plan(x2d)
     xk, yk = (x2d.view(plan.M, plan.N), y.view(plan.M, plan.N)) if plan.gamma_period else (x2d, y)
-    kernels.dyt_fwd_kernel[plan.grid](
-        xk, yk, alpha, gamma, beta if beta is not None else gamma,
-        plan.M, plan.N, xk.stride(0), yk.stride(0), plan.n_col_blocks,
-        HAS_BETA=beta is not None, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
-        INT64=plan.int64, TANH=plan.tanh, APPROX=not interpreter_active(), GAMMA_PERIOD=plan.gamma_period,
-        SIGN_SELECT=plan.sign_select, num_warps=plan.num_warps,
-    )  # fmt: skip
+    has_beta = beta is not None
+    with _current(x2d.device):
+        direct_launch.launch(
+            kernels.dyt_fwd_kernel, plan.grid, plan.launches, has_beta,
+            (xk, yk, alpha, gamma, beta if has_beta else gamma,
+             plan.M, plan.N, xk.stride(0), yk.stride(0), plan.n_col_blocks),
+            dict(HAS_BETA=has_beta, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64,
+                 TANH=plan.tanh, APPROX=not interpreter_active(), GAMMA_PERIOD=plan.gamma_period,
+                 SIGN_SELECT=plan.sign_select),
+            direct=not interpreter_active(), num_warps=plan.num_warps,
+        )  # fmt: skip
     return y.to(out_dtype)
 
 
@@ -113,8 +125,9 @@ def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbet
     dbeta = _new((N,), _staged(dbeta_dtype), device)
     plan = backward_plan(x2d, dy2d)
     partials = backward_partials(plan, device)
-    launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials)
-    launch_backward_finish(plan, partials, dgamma, dbeta, dalpha)
+    with _current(device):
+        launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials)
+        launch_backward_finish(plan, partials, dgamma, dbeta, dalpha)
     return dx.to(dx_dtype), dalpha.to(dalpha_dtype), dgamma.to(dgamma_dtype), dbeta.to(dbeta_dtype)
 
 
@@ -132,22 +145,28 @@ def launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials) -> None:
     """dyt_bwd_kernel: dx, and the partials (ci/bwd_split.py times it apart from the finish)."""
     if plan.gamma_period:  # folded rows: the (M, N) tensors seen as (plan.M, plan.N), the same memory
         x2d, dy2d, dx = (t.view(plan.M, plan.N) for t in (x2d, dy2d, dx))
-    kernels.dyt_bwd_kernel[plan.grid](
-        x2d, dy2d, dx, alpha, gamma, *partials,
-        plan.M, plan.N, x2d.stride(0), dy2d.stride(0), dx.stride(0), plan.n_col_blocks, plan.n_groups,
-        plan.tiles_per_program,
-        BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64, TANH=plan.tanh,
-        APPROX=not interpreter_active(), STRIDED=plan.strided, NUM_STAGES=plan.num_stages,
-        EVEN_N=plan.N % plan.BLOCK_N == 0, GAMMA_PERIOD=plan.gamma_period, num_warps=plan.num_warps,
+    direct_launch.launch(
+        kernels.dyt_bwd_kernel, plan.grid, plan.launches, "main",
+        (x2d, dy2d, dx, alpha, gamma, *partials,
+         plan.M, plan.N, x2d.stride(0), dy2d.stride(0), dx.stride(0), plan.n_col_blocks, plan.n_groups,
+         plan.tiles_per_program),
+        dict(BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64, TANH=plan.tanh,
+             APPROX=not interpreter_active(), STRIDED=plan.strided, NUM_STAGES=plan.num_stages,
+             EVEN_N=plan.N % plan.BLOCK_N == 0, GAMMA_PERIOD=plan.gamma_period, PDL=plan.pdl),
+        direct=not interpreter_active(), num_warps=plan.num_warps,
     )  # fmt: skip
 
 
 def launch_backward_finish(plan, partials, dgamma, dbeta, dalpha, tile=None, num_warps=None) -> None:
-    """dyt_bwd_finish_kernel: the partials added up in a fixed order. tile=(BLOCK_G, BLOCK_N) and
-    num_warps override the plan's (ci/bwd_split.py compares finishing tiles)."""
+    """dyt_bwd_finish_kernel: the partials added up in a fixed order; with plan.pdl, launched while the
+    main kernel ends. tile=(BLOCK_G, BLOCK_N) and num_warps override the plan's (ci/bwd_split.py compares
+    finishing tiles; those launches go through the JIT, uncached)."""
     block_g, block_n = tile or (plan.finish_block_g, plan.finish_block_n)
     grid = plan.finish_grid if tile is None else launch.finish_grid(plan.param_width, block_n)
-    kernels.dyt_bwd_finish_kernel[grid](
-        *partials, dgamma, dbeta, dalpha, plan.param_width, plan.finish_rows, plan.n_dalpha_partials,
-        BLOCK_G=block_g, BLOCK_N=block_n, num_warps=num_warps or launch.FINISH_NUM_WARPS,
+    args = (*partials, dgamma, dbeta, dalpha, plan.param_width, plan.finish_rows, plan.n_dalpha_partials)
+    constexprs = dict(BLOCK_G=block_g, BLOCK_N=block_n, PDL=plan.pdl)
+    direct = not interpreter_active() and tile is None and num_warps is None
+    direct_launch.launch(
+        kernels.dyt_bwd_finish_kernel, grid, plan.launches, "finish", args, constexprs, direct=direct,
+        num_warps=num_warps or launch.FINISH_NUM_WARPS, launch_pdl=plan.pdl,
     )  # fmt: skip

@@ -89,7 +89,7 @@ FWD_CONSTEXPRS = {"HAS_BETA": True, "BLOCK_M": 4, "BLOCK_N": 1024, "INT64": Fals
                   "SIGN_SELECT": True}  # fmt: skip
 BWD_CONSTEXPRS = {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": TANH_METHODS["poly_exp"],
                   "APPROX": True, "STRIDED": False, "NUM_STAGES": 3, "EVEN_N": True,
-                  "GAMMA_PERIOD": 0}  # fmt: skip
+                  "GAMMA_PERIOD": 0, "PDL": True}  # fmt: skip
 FWD_ALIGNED = ["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"]
 BWD_ALIGNED = ["X", "DY", "DX", "GAMMA", "N", "stride_xm", "stride_dym", "stride_dxm"]
 
@@ -163,18 +163,33 @@ def test_backward_and_finish_compile(dt, block_m, block_n, strided, stages, peri
         assert "cp.async" not in ptx
     else:
         assert CP_ASYNC_16B.search(ptx), "x and dy are not copied to shared memory 16 bytes at a time"
+    assert ptx.count("griddepcontrol.launch_dependents") == 1, "the finish's early launch is not allowed"
+
+
+@needs_compiler
+def test_backward_without_pdl_has_no_grid_dependency_control():
+    """PDL=False (the interpreter's plans, GPUs before sm_90): no griddepcontrol, which needs sm_90."""
+    assert "griddepcontrol" not in compile_backward(PDL=False).asm["ptx"]
 
 
 @needs_compiler
 @pytest.mark.parametrize("width", [64, 1024, 16384])
-def test_finish_compiles_for_its_planned_tiles(width):
+@pytest.mark.parametrize("pdl", [True, False], ids=["pdl", "no_pdl"])
+def test_finish_compiles_for_its_planned_tiles(width, pdl):
+    """With PDL the finish waits for the main kernel before its first load of a partial."""
     block_g, block_n = launch.finish_tile(width, sm_count=132)
     finish = _compile(
         kernels.dyt_bwd_finish_kernel,
         {"PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp64", "DGAMMA": "*bf16",
          "DBETA": "*fp32", "DALPHA": "*fp32", "N": "i32", "n_groups": "i32", "n_dalpha_partials": "i32"},
-        {"BLOCK_G": block_g, "BLOCK_N": block_n},
+        {"BLOCK_G": block_g, "BLOCK_N": block_n, "PDL": pdl},
         aligned=[],
         num_warps=launch.FINISH_NUM_WARPS,
     )  # fmt: skip
-    assert not ATOMIC.search(finish.asm["ptx"])
+    ptx = finish.asm["ptx"]
+    assert not ATOMIC.search(ptx)
+    if pdl:
+        wait, first_load = ptx.find("griddepcontrol.wait"), ptx.find("ld.global")
+        assert 0 <= wait < first_load, "a partial is read before the main kernel is known to be done"
+    else:
+        assert "griddepcontrol" not in ptx

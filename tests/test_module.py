@@ -160,3 +160,13 @@ def test_cuda_graph_capture_and_replay(seed):
         fresh.alpha, fresh.gamma, fresh.beta, fresh.dy = inp.alpha, inp.gamma, inp.beta, inp.dy
         outs = (static_y.detach(), static_x.grad, inp.alpha.grad, inp.gamma.grad, inp.beta.grad)
         check_against_reference(fresh, outs)
+
+
+@pytest.mark.gpu_only
+def test_tensors_on_a_gpu_that_is_not_the_current_one(seed):
+    """Triton launches on the current device; dyt makes the tensors' GPU current for its launches."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two visible GPUs (the GPU matrix pins one per worker): run it with both visible")
+    with torch.cuda.device(0):
+        inp = make_inputs((300, 256), torch.bfloat16, seed=seed, dev=torch.device("cuda:1"))
+        check_against_reference(inp, run(inp))

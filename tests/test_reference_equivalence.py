@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import dyt
-from dyt import launch, launcher, ops, reference, torch_path
+from dyt import direct_launch, kernels, launch, launcher, ops, reference, torch_path
 
 from helpers import DTYPES, check_against_reference, device, make_inputs, on_gpu, plans_for, run
 from paths import PATHS, assert_path, path_context
@@ -256,3 +256,61 @@ def test_both_forward_sign_forms_give_the_same_bits(path, dtype, seed):
             check_against_reference(inp, outs, label=f"sign {sign}: ")
         ys.append(outs[0].contiguous().view(torch.int16 if dt != torch.float32 else torch.int32))
     assert torch.equal(*ys), "the two sign forms disagree in some bit of y"
+
+
+def test_launch_call_sites_pass_their_constants_last(monkeypatch, seed):
+    """A direct launch (dyt.direct_launch) hands the compiled launcher every parameter in order: each call
+    site's constants must be exactly its kernel's last parameters, or that kernel would quietly take the
+    slower JIT path on every call."""
+    calls = []
+    real = direct_launch.launch
+
+    def spy(kernel, grid, cache, variant, args, constexprs, **options):
+        calls.append((kernel, len(args), constexprs))
+        real(kernel, grid, cache, variant, args, constexprs, **options)
+
+    monkeypatch.setattr(direct_launch, "launch", spy)
+    inp = make_inputs((40, 96), torch.bfloat16, seed=seed)
+    check_against_reference(inp, run(inp))
+    launched = {kernel for kernel, _, _ in calls}
+    assert launched == {kernels.dyt_fwd_kernel, kernels.dyt_bwd_kernel, kernels.dyt_bwd_finish_kernel}
+    for kernel, n_args, constexprs in calls:
+        assert direct_launch.trailing_constexprs(kernel, n_args, constexprs) is not None, kernel.fn.__name__
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+@pytest.mark.gpu_only
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("offset", [0, 2], ids=["aligned", "two_elements_in"])
+def test_direct_launches_give_the_jit_launches_bits(dtype, offset, seed):
+    """From its second call a plan launches the compiled kernels directly; a launch hook (as a profiler
+    sets) sends the same call through Triton's JIT path: same bits for every output, against the
+    reference too, with x starting 16-byte aligned or two elements in (another compiled signature)."""
+    from triton import knobs
+
+    dt = DTYPES[dtype]
+    rows, width = 300, 768
+    inp = make_inputs((rows, width), dt, seed=seed)
+    backing = torch.empty(rows * width + offset, dtype=dt, device=inp.x.device)
+    x = backing[offset:].view(rows, width)
+    x.copy_(inp.x.detach())
+    inp.x = x.requires_grad_()
+    run(inp)
+    direct = run(inp)
+    check_against_reference(inp, direct)
+    fwd_plan, bwd_plan = launcher.forward_plan(x.detach()), launcher.backward_plan(x.detach(), inp.dy)
+    aligned = offset * x.element_size() % 16 == 0
+    assert any(key[0] is True and key[1][0] == (dt, aligned) for key in fwd_plan.launches), fwd_plan.launches
+    assert {key[0] for key in bwd_plan.launches} == {"main", "finish"}
+    hooked = []
+    knobs.runtime.launch_enter_hook = hooked.append
+    try:
+        jit = run(inp)
+    finally:
+        knobs.runtime.launch_enter_hook = None
+    assert len(hooked) == 3, "forward, backward and finish should each have gone through the JIT path"
+    for name, a, b in zip(("y", "dx", "dalpha", "dgamma", "dbeta"), direct, jit, strict=True):
+        assert torch.equal(_bits(a), _bits(b)), f"{name}: the direct launch's bits differ from the JIT's"
