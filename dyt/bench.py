@@ -213,6 +213,31 @@ def measure_ceiling(device, timer: Timer, nbytes: int = CEILING_BYTES) -> dict[s
     return {"ms": ms, "gbps": 2 * nbytes / (ms * 1e-3) / 1e9, "bytes": nbytes}
 
 
+def measure_copies_at_traffic(device, timer: Timer, cases: list[Case], modes: list[str]) -> list[dict]:
+    """Copies that move the bytes each mode moves at the bandwidth shapes (268 MB for bf16 forward), timed
+    like the kernels (do_bench, and CUDA-graph replays when the run has them): how near the 1 GiB copy's
+    rate any one kernel of that length gets, its launch and tail being a larger share of a shorter run."""
+    import torch
+
+    moved = sorted({TRAFFIC[m] * c.M * c.N * torch.empty(0, dtype=getattr(torch, c.dtype)).element_size()
+                    for c in cases if c.shape_set == "bandwidth" for m in modes})  # fmt: skip
+    out = []
+    for nbytes in moved:
+        buf = [torch.empty(nbytes // 2, dtype=torch.uint8, device=device) for _ in range(2)]
+        try:
+            copy = lambda buf=buf: buf[1].copy_(buf[0])  # noqa: E731
+            rec = {"bytes_moved": nbytes, "ms": timer(copy, None)}
+            rec["gbps"] = nbytes / (rec["ms"] * 1e-3) / 1e9
+            if getattr(timer, "graph", False):
+                rec["graph_ms"] = replay_median_ms(copy)
+                rec["graph_gbps"] = nbytes / (rec["graph_ms"] * 1e-3) / 1e9
+        finally:
+            buf.clear()
+            _free(device)
+        out.append(rec)
+    return out
+
+
 def make_inputs(case: Case, device, seed: int) -> dict[str, Any]:
     """Fresh random inputs (never zeros): alpha around 0.5, gamma and beta random, dy random."""
     import torch
@@ -704,11 +729,16 @@ def main(args: argparse.Namespace) -> int:
     timer.graph = bool(getattr(args, "graph", False))
     ceiling = measure_ceiling(device, timer)
     print(f"copy ceiling on {env['gpu_name']}: {ceiling['gbps']:.0f} GB/s", file=sys.stderr)
+    copies = measure_copies_at_traffic(device, timer, cases, modes)
+    for c in copies:
+        graph = f", {c['graph_gbps']:.0f} GB/s in graph replays" if "graph_gbps" in c else ""
+        print(f"copy moving {c['bytes_moved'] / 1e6:.0f} MB: {c['gbps']:.0f} GB/s{graph}", file=sys.stderr)
     records = run_all(cases, providers, modes, device, timer, ceiling["gbps"], args.seed)
     report = {
         "env": env,
         "ceiling_gbps": ceiling["gbps"],
         "ceiling": ceiling,
+        "copies_at_traffic": copies,
         "config": {
             "providers": providers,
             "modes": modes,

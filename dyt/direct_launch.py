@@ -35,11 +35,13 @@ def _signature(tensors) -> tuple:
 
 
 def _hooks_set() -> bool:
-    """Launch hooks (a profiler's) see launches only through the JIT path."""
+    """Launch hooks (a profiler's) see launches only through the JIT path. Triton 3.6 keeps them in
+    HookChain objects that are never None (empty chains have no calls); older releases use None."""
     if knobs is None:
         return True
     runtime = knobs.runtime
-    return runtime.launch_enter_hook is not None or runtime.launch_exit_hook is not None
+    return any(hook is not None and getattr(hook, "calls", True)
+               for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook))  # fmt: skip
 
 
 def trailing_constexprs(kernel, n_args: int, constexprs: dict) -> tuple | None:

@@ -150,38 +150,57 @@ def _wait_for_primary(PDL: tl.constexpr):
 @triton.jit
 def _param_index(cols, GAMMA_PERIOD: tl.constexpr):
     """Index into gamma and beta: the column itself, or (rows folded, see dyt.launch.fold_factor) the
-    column modulo the true width, a power of two, so one AND."""
+    column modulo the true width: one AND for a power of two, else a remainder by a constant."""
     index = cols
     if GAMMA_PERIOD > 0:
-        # Runs of GAMMA_PERIOD consecutive indices from multiples of it: said, so loads stay 16 bytes wide.
-        index = tl.max_contiguous(tl.multiple_of(cols & (GAMMA_PERIOD - 1), GAMMA_PERIOD), GAMMA_PERIOD)
+        # Runs of RUN consecutive indices from multiples of RUN (the width's largest power-of-two divisor,
+        # all of a power-of-two width): said, so that loads stay 16 bytes wide.
+        RUN: tl.constexpr = GAMMA_PERIOD & -GAMMA_PERIOD
+        if RUN == GAMMA_PERIOD:
+            index = cols & (GAMMA_PERIOD - 1)
+        else:
+            index = cols % GAMMA_PERIOD
+        index = tl.max_contiguous(tl.multiple_of(index, RUN), RUN)
     return index
 
 
 @triton.jit
-def _tile(pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr):
-    """Row and column indices of tile (pid_m, pid_n) and its mask; rows in int64 when INT64."""
+def _store_partial_sums(PART_DGAMMA, PART_DBETA, offsets, acc_dgamma, acc_dbeta, mask):
+    """Column sums of a program's accumulators, stored at offsets of the partial buffers."""
+    tl.store(PART_DGAMMA + offsets, tl.sum(acc_dgamma, axis=0), mask=mask)
+    tl.store(PART_DBETA + offsets, tl.sum(acc_dbeta, axis=0), mask=mask)
+
+
+@triton.jit
+def _tile(pid_m, pid_n, M, N, n_elements, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr,
+          FLAT: tl.constexpr):  # fmt: skip
+    """Row and column indices of tile (pid_m, pid_n) and its mask; rows in int64 when INT64. FLAT (folded
+    rows: contiguous, row stride N) also masks from element n_elements on, where the last row may end."""
     if INT64:
         pid_m = pid_m.to(tl.int64)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    if FLAT:
+        mask = (rows < M)[:, None] & ((rows[:, None] * N + cols[None, :]) < n_elements)
+    else:
+        mask = (rows < M)[:, None] & (cols < N)[None, :]
     return rows, cols, mask
 
 
 @triton.jit
 def dyt_fwd_kernel(
     X, Y, ALPHA, GAMMA, BETA,
-    M, N, stride_xm, stride_ym, n_col_blocks,
+    M, N, n_elements, stride_xm, stride_ym, n_col_blocks,
     HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr, GAMMA_PERIOD: tl.constexpr,
     SIGN_SELECT: tl.constexpr,
 ):  # fmt: skip
-    """y = gamma * tanh(alpha * x) + beta for one BLOCK_M x BLOCK_N tile per program."""
+    """y = gamma * tanh(alpha * x) + beta for one BLOCK_M x BLOCK_N tile per program. With folded rows
+    (GAMMA_PERIOD > 0) the tensors hold n_elements, the last of M rows possibly in part."""
     pid = tl.program_id(0)
     pid_m = pid // n_col_blocks
     pid_n = pid % n_col_blocks
-    rows, cols, mask = _tile(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, INT64)
+    rows, cols, mask = _tile(pid_m, pid_n, M, N, n_elements, BLOCK_M, BLOCK_N, INT64, GAMMA_PERIOD > 0)
     col_ok = cols < N
 
     alpha = tl.load(ALPHA).to(tl.float32)
@@ -231,7 +250,7 @@ def _bwd_tile(
 @triton.jit
 def dyt_bwd_kernel(
     X, DY, DX, ALPHA, GAMMA, PART_DGAMMA, PART_DBETA, PART_DALPHA,
-    M, N, stride_xm, stride_dym, stride_dxm, n_col_blocks, n_groups, tiles_per_program,
+    M, N, n_elements, stride_xm, stride_dym, stride_dxm, n_col_blocks, n_groups, tiles_per_program,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, TANH: tl.constexpr,
     APPROX: tl.constexpr, STRIDED: tl.constexpr, NUM_STAGES: tl.constexpr, EVEN_N: tl.constexpr,
     GAMMA_PERIOD: tl.constexpr, PDL: tl.constexpr,
@@ -242,8 +261,9 @@ def dyt_bwd_kernel(
     row tiles of it: with STRIDED, tiles g, g + n_groups, g + 2 n_groups, ... (all programs stream through
     one region of memory at a time); otherwise the contiguous run from tile g * tiles_per_program. The
     launch table picks the order per dtype and width (measured: see NOTES.md). Partials go to row g of
-    PART_DGAMMA/PART_DBETA (shape (n_groups, N), float32; with folded rows, GAMMA_PERIOD > 0, to row p of
-    (programs, GAMMA_PERIOD)) and to PART_DALPHA[p] (float64); dyt_bwd_finish_kernel adds them up.
+    PART_DGAMMA/PART_DBETA (shape (n_groups, N), float32; with folded rows, GAMMA_PERIOD > 0, whose column
+    blocks hold whole copies of the true width, to row p of (programs, GAMMA_PERIOD)) and to PART_DALPHA[p]
+    (float64); dyt_bwd_finish_kernel adds them up.
 
     The tiles wholly inside the tensor come first, unmasked (EVEN_N: N is a multiple of BLOCK_N); then
     the rest, masked: the last partial tile, and tiles past M (which load and store nothing). The first
@@ -252,9 +272,12 @@ def dyt_bwd_kernel(
     cost shared memory, not registers. All three sums are per-lane float32 accumulators reduced once at
     the end, so the loops have no cross-thread reduction.
 
-    With PDL, each program lets the finishing kernel launch once its loops are done: that launch then
-    overlaps this kernel's last programs instead of following them (the finish waits for the data).
+    With PDL, each program lets the finishing kernel launch as it starts: once every program has started,
+    the finish's programs are placed beside them and wait (griddepcontrol.wait) for this kernel to end,
+    so its launch costs nothing after it. Programs that have not started yet keep the finish back, so
+    it can never hold a place that one of them needs.
     """
+    _launch_dependents(PDL)
     pid = tl.program_id(0)
     pid_n = pid % n_col_blocks
     group = pid // n_col_blocks
@@ -268,12 +291,16 @@ def dyt_bwd_kernel(
     acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
 
     # Rows past this program's tiles are masked like rows past M; n_whole counts its tiles that hold
-    # BLOCK_M rows below row_end.
+    # BLOCK_M whole rows below row_end. Folded rows (GAMMA_PERIOD > 0): the last row may end early.
+    FLAT: tl.constexpr = GAMMA_PERIOD > 0
+    m_whole = M
+    if FLAT:
+        m_whole = n_elements // N
     if STRIDED:
         first = group
         step = n_groups
         row_end = M
-        n_whole = tl.cdiv(tl.maximum(M // BLOCK_M - group, 0), n_groups)
+        n_whole = tl.cdiv(tl.maximum(m_whole // BLOCK_M - group, 0), n_groups)
     else:
         first = group * tiles_per_program
         step = 1
@@ -281,36 +308,37 @@ def dyt_bwd_kernel(
             row_end = tl.minimum((first.to(tl.int64) + tiles_per_program) * BLOCK_M, M)
         else:
             row_end = tl.minimum((first + tiles_per_program) * BLOCK_M, M)
-        n_whole = tl.maximum(row_end // BLOCK_M - first, 0)
+        n_whole = tl.maximum(tl.minimum(row_end, m_whole) // BLOCK_M - first, 0)
     n_whole = tl.minimum(n_whole, tiles_per_program)
     if not EVEN_N:
         n_whole = 0
     for i in tl.range(0, n_whole, num_stages=NUM_STAGES):
-        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, BLOCK_M, BLOCK_N, INT64)
+        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, n_elements, BLOCK_M, BLOCK_N, INT64, FLAT)
         acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
             X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
             acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, False,
         )  # fmt: skip
     for i in range(n_whole, tiles_per_program):
-        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, BLOCK_M, BLOCK_N, INT64)
+        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, n_elements, BLOCK_M, BLOCK_N, INT64, FLAT)
         acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
             X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
             acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, True,
         )  # fmt: skip
-    _launch_dependents(PDL)
 
     if GAMMA_PERIOD > 0:
-        # Folded rows: this program's BLOCK_N columns are BLOCK_N // GAMMA_PERIOD copies of the true width
-        # (see dyt.launch.fold_factor); added up here, they make row pid of (programs, GAMMA_PERIOD) partials.
-        copies: tl.constexpr = BLOCK_N // GAMMA_PERIOD
-        true_cols = tl.arange(0, GAMMA_PERIOD)
-        dgamma = tl.sum(tl.reshape(tl.sum(acc_dgamma, axis=0), (copies, GAMMA_PERIOD)), axis=0)
-        dbeta = tl.sum(tl.reshape(tl.sum(acc_dbeta, axis=0), (copies, GAMMA_PERIOD)), axis=0)
-        tl.store(PART_DGAMMA + pid * GAMMA_PERIOD + true_cols, dgamma)
-        tl.store(PART_DBETA + pid * GAMMA_PERIOD + true_cols, dbeta)
+        if BLOCK_N % GAMMA_PERIOD == 0:
+            # Folded rows whose column block holds BLOCK_N // GAMMA_PERIOD whole copies of the true width
+            # (see dyt.launch.fold_factor): added up here, they make row pid of (programs, GAMMA_PERIOD).
+            copies: tl.constexpr = BLOCK_N // GAMMA_PERIOD
+            true_cols = tl.arange(0, GAMMA_PERIOD)
+            dgamma = tl.sum(tl.reshape(tl.sum(acc_dgamma, axis=0), (copies, GAMMA_PERIOD)), axis=0)
+            dbeta = tl.sum(tl.reshape(tl.sum(acc_dbeta, axis=0), (copies, GAMMA_PERIOD)), axis=0)
+            tl.store(PART_DGAMMA + pid * GAMMA_PERIOD + true_cols, dgamma)
+            tl.store(PART_DBETA + pid * GAMMA_PERIOD + true_cols, dbeta)
+        else:  # column blocks that tile the folded row: its N // GAMMA_PERIOD copies are finish rows
+            _store_partial_sums(PART_DGAMMA, PART_DBETA, group * N + cols, acc_dgamma, acc_dbeta, col_ok)
     else:
-        tl.store(PART_DGAMMA + group * N + cols, tl.sum(acc_dgamma, axis=0), mask=col_ok)
-        tl.store(PART_DBETA + group * N + cols, tl.sum(acc_dbeta, axis=0), mask=col_ok)
+        _store_partial_sums(PART_DGAMMA, PART_DBETA, group * N + cols, acc_dgamma, acc_dbeta, col_ok)
     # One scalar per program in float64: the finish kernel adds programs' sums without float32 drift.
     dalpha = tl.sum(tl.sum(acc_dalpha, axis=1), axis=0).to(tl.float64)
     tl.store(PART_DALPHA + pid + tl.arange(0, 1), tl.zeros((1,), dtype=tl.float64) + dalpha)

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import os
 import pathlib
 
@@ -116,10 +117,20 @@ class BwdPlan(TilePlan):
         return self.grid[0]
 
     @property
+    def copies_in_block(self) -> int:
+        """With folded rows, the copies of the true width each column block holds and adds up itself
+        (0: it writes its BLOCK_N column sums as they are)."""
+        whole = self.gamma_period and self.BLOCK_N % self.gamma_period == 0
+        return self.BLOCK_N // self.gamma_period if whole else 0
+
+    @property
     def finish_rows(self) -> int:
-        """Rows of the (finish_rows, param_width) partial buffers: one per row group, or with folded rows
-        one per program (each folds its columns' copies of the true width into one row)."""
-        return self.grid[0] if self.gamma_period else self.n_groups
+        """Rows of the (finish_rows, param_width) partial buffers: one per row group; with folded rows added
+        up in registers, one per program; with folded rows written as they are, one per row group and copy
+        (a row group's N-wide partial row is N // gamma_period rows of the true width, the same memory)."""
+        if self.copies_in_block:
+            return self.grid[0]
+        return self.n_groups * (self.N // self.gamma_period if self.gamma_period else 1)
 
     def partial_bytes(self) -> int:
         """Bytes the partial buffers cost: written once by the main kernel, read once by the finish."""
@@ -183,18 +194,25 @@ def tile_shape(entry: dict, width: int) -> tuple[int, int, int]:
     return block_m, block_n, cdiv(width, block_n)
 
 
-# Narrow contiguous rows run as FOLD_WIDTH-wide rows (measured fastest on H200: NOTES.md v12).
+# Contiguous rows whose width is not a multiple of FOLD_WIDTH run as rows of a multiple of it (measured
+# fastest on H200: NOTES.md v12, v14); gamma's runs of consecutive indices stay at least MIN_FOLD_RUN long.
 FOLD_WIDTH = 1024
+MIN_FOLD_RUN = 128
+# Folded rows are masked by element index (the last one may end early): Triton specializes that count on
+# divisibility by 16, and only then keeps the masked accesses 16 bytes wide.
+FOLD_ELEMENT_MULTIPLE = 16
 
 
 def fold_factor(M: int, N: int, row_strides: tuple[int, ...]) -> int:
-    """How many rows to fold into one: FOLD_WIDTH // N where every tensor's rows are contiguous (stride N),
-    N is a power of two below FOLD_WIDTH and the element count divides; else 1. The kernels then see
-    (M * N / FOLD_WIDTH, FOLD_WIDTH) and index gamma and beta modulo N (their GAMMA_PERIOD); each backward
-    program adds its columns' copies of the true width before writing its partial row."""
-    if N >= FOLD_WIDTH or N & (N - 1) or (M * N) % FOLD_WIDTH or any(s != N for s in row_strides):
+    """How many rows to fold into one: F = FOLD_WIDTH // gcd(N, FOLD_WIDTH), so that N * F is a multiple of
+    FOLD_WIDTH, where every tensor's rows are contiguous (stride N), M * N is a multiple of
+    FOLD_ELEMENT_MULTIPLE, and N is either a power of two below FOLD_WIDTH (64 -> 16 rows in 1024) or a
+    multiple of MIN_FOLD_RUN (768 -> 4 rows in 3072); else 1. The kernels then see cdiv(M, F) rows of
+    N * F (the last one possibly in part) and index gamma and beta modulo N (their GAMMA_PERIOD)."""
+    if N % FOLD_WIDTH == 0 or any(s != N for s in row_strides) or (M * N) % FOLD_ELEMENT_MULTIPLE:
         return 1
-    return FOLD_WIDTH // N
+    run = math.gcd(N, FOLD_WIDTH)
+    return 1 if run != N and run < MIN_FOLD_RUN else FOLD_WIDTH // run
 
 
 def needs_int64(M: int, N: int, row_strides: tuple[int, ...], block_m: int) -> bool:
@@ -216,10 +234,14 @@ def tanh_method(interpreter: bool) -> int:
 
 def _folded(M, N, row_strides, mode, itemsize, arch) -> tuple[int, int, tuple[int, ...], int]:
     """(M, N, row_strides, gamma_period) of the view the kernels see (see fold_factor): folded where the
-    wide rows' column blocks each hold whole copies of the true width."""
+    wide rows' column blocks either each hold whole copies of the true width (the backward then adds them
+    up in registers) or tile the wide row exactly (its partial rows are then copies to add up)."""
     fold = fold_factor(M, N, row_strides)
-    if fold > 1 and tile_shape(table_entry(_table(arch), mode, itemsize, N * fold), N * fold)[1] % N == 0:
-        return M // fold, N * fold, tuple(N * fold for _ in row_strides), N
+    if fold > 1:
+        wide = N * fold
+        block_n = tile_shape(table_entry(_table(arch), mode, itemsize, wide), wide)[1]
+        if block_n % N == 0 or wide % block_n == 0:
+            return cdiv(M * N, wide), wide, tuple(wide for _ in row_strides), N
     return M, N, row_strides, 0
 
 

@@ -75,6 +75,11 @@ def _staged(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype == torch.bfloat16 and interpreter_active() else dtype
 
 
+def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """t in dtype: itself unless staged (a call to .to() costs host time even when it changes nothing)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 def _new(shape, dtype, device) -> torch.Tensor:
     """An output buffer; NaN-filled when launch overrides ask for poisoning (the suites always do)."""
     if launch.current_overrides().poison and dtype.is_floating_point:
@@ -89,26 +94,32 @@ def _current(device: torch.device):
     return contextlib.nullcontext()
 
 
+def _flat_elements(plan: launch.TilePlan, x2d: torch.Tensor) -> int:
+    """The element count that bounds folded rows (the kernels' n_elements); 0, unused, otherwise."""
+    return x2d.numel() if plan.gamma_period else 0
+
+
 def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
     """y (M, N) contiguous, in out_dtype."""
     M, N = x2d.shape
     y = _new((M, N), _staged(out_dtype), x2d.device)
     if M == 0:
-        return y.to(out_dtype)
+        return _as(y, out_dtype)
     plan = forward_plan(x2d)
-    xk, yk = (x2d.view(plan.M, plan.N), y.view(plan.M, plan.N)) if plan.gamma_period else (x2d, y)
     has_beta = beta is not None
+    # Folded rows: the same memory seen as plan.M rows of plan.N (the last possibly in part).
+    strides = (plan.N, plan.N) if plan.gamma_period else (x2d.stride(0), y.stride(0))
     with _current(x2d.device):
         direct_launch.launch(
             kernels.dyt_fwd_kernel, plan.grid, plan.launches, has_beta,
-            (xk, yk, alpha, gamma, beta if has_beta else gamma,
-             plan.M, plan.N, xk.stride(0), yk.stride(0), plan.n_col_blocks),
+            (x2d, y, alpha, gamma, beta if has_beta else gamma,
+             plan.M, plan.N, _flat_elements(plan, x2d), *strides, plan.n_col_blocks),
             dict(HAS_BETA=has_beta, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64,
                  TANH=plan.tanh, APPROX=not interpreter_active(), GAMMA_PERIOD=plan.gamma_period,
                  SIGN_SELECT=plan.sign_select),
             direct=not interpreter_active(), num_warps=plan.num_warps,
         )  # fmt: skip
-    return y.to(out_dtype)
+    return _as(y, out_dtype)
 
 
 def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype):
@@ -128,7 +139,7 @@ def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbet
     with _current(device):
         launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials)
         launch_backward_finish(plan, partials, dgamma, dbeta, dalpha)
-    return dx.to(dx_dtype), dalpha.to(dalpha_dtype), dgamma.to(dgamma_dtype), dbeta.to(dbeta_dtype)
+    return _as(dx, dx_dtype), _as(dalpha, dalpha_dtype), _as(dgamma, dgamma_dtype), _as(dbeta, dbeta_dtype)
 
 
 def backward_partials(plan: launch.BwdPlan, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -143,13 +154,12 @@ def backward_partials(plan: launch.BwdPlan, device) -> tuple[torch.Tensor, torch
 
 def launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials) -> None:
     """dyt_bwd_kernel: dx, and the partials (ci/bwd_split.py times it apart from the finish)."""
-    if plan.gamma_period:  # folded rows: the (M, N) tensors seen as (plan.M, plan.N), the same memory
-        x2d, dy2d, dx = (t.view(plan.M, plan.N) for t in (x2d, dy2d, dx))
+    # Folded rows: the same memory seen as plan.M rows of plan.N (the last possibly in part).
+    strides = (plan.N,) * 3 if plan.gamma_period else (x2d.stride(0), dy2d.stride(0), dx.stride(0))
     direct_launch.launch(
         kernels.dyt_bwd_kernel, plan.grid, plan.launches, "main",
-        (x2d, dy2d, dx, alpha, gamma, *partials,
-         plan.M, plan.N, x2d.stride(0), dy2d.stride(0), dx.stride(0), plan.n_col_blocks, plan.n_groups,
-         plan.tiles_per_program),
+        (x2d, dy2d, dx, alpha, gamma, *partials, plan.M, plan.N, _flat_elements(plan, x2d), *strides,
+         plan.n_col_blocks, plan.n_groups, plan.tiles_per_program),
         dict(BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64, TANH=plan.tanh,
              APPROX=not interpreter_active(), STRIDED=plan.strided, NUM_STAGES=plan.num_stages,
              EVEN_N=plan.N % plan.BLOCK_N == 0, GAMMA_PERIOD=plan.gamma_period, PDL=plan.pdl),

@@ -391,6 +391,16 @@ def perf_section(path: Path | None, perf: dict | None, others: list[Path], plots
     )
     out.append("")
     out.append(f"Copy ceiling (device-to-device, bytes read + written): **{_fmt(ceiling, '.0f')} GB/s**.")
+    copies = [c for c in perf.get("copies_at_traffic") or [] if _num(c.get("gbps")) and ceiling]
+    if copies:
+        out.append(
+            "Copies moving a bandwidth shape's bytes, as a fraction of the ceiling (what one kernel of that "
+            "length reaches): " + ", ".join(
+                f"{c['bytes_moved'] / 1e6:.0f} MB {_fmt(c['gbps'] / ceiling, '.3f')}"
+                + (f" (graph {_fmt(c['graph_gbps'] / ceiling, '.3f')})" if _num(c.get("graph_gbps")) else "")
+                for c in copies
+            ) + "."
+        )  # fmt: skip
     cold = perf.get("cold_start_s") or {}
     if cold:
         out.append(

@@ -71,13 +71,14 @@ def _compile(fn, signature, constexprs, aligned, num_warps=4):
 
 def _fwd_signature(dt):
     return {"X": f"*{dt}", "Y": f"*{dt}", "ALPHA": "*fp32", "GAMMA": "*fp32", "BETA": "*fp32",
-            "M": "i32", "N": "i32", "stride_xm": "i32", "stride_ym": "i32",
+            "M": "i32", "N": "i32", "n_elements": "i32", "stride_xm": "i32", "stride_ym": "i32",
             "n_col_blocks": "i32"}  # fmt: skip
 
 
 def _bwd_signature(dt):
     return {"X": f"*{dt}", "DY": f"*{dt}", "DX": f"*{dt}", "ALPHA": "*fp32", "GAMMA": "*fp32",
             "PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp64", "M": "i32", "N": "i32",
+            "n_elements": "i32",
             "stride_xm": "i32", "stride_dym": "i32", "stride_dxm": "i32", "n_col_blocks": "i32",
             "n_groups": "i32", "tiles_per_program": "i32"}  # fmt: skip
 
@@ -90,8 +91,8 @@ FWD_CONSTEXPRS = {"HAS_BETA": True, "BLOCK_M": 4, "BLOCK_N": 1024, "INT64": Fals
 BWD_CONSTEXPRS = {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": TANH_METHODS["poly_exp"],
                   "APPROX": True, "STRIDED": False, "NUM_STAGES": 3, "EVEN_N": True,
                   "GAMMA_PERIOD": 0, "PDL": True}  # fmt: skip
-FWD_ALIGNED = ["X", "Y", "GAMMA", "BETA", "N", "stride_xm", "stride_ym"]
-BWD_ALIGNED = ["X", "DY", "DX", "GAMMA", "N", "stride_xm", "stride_dym", "stride_dxm"]
+FWD_ALIGNED = ["X", "Y", "GAMMA", "BETA", "N", "n_elements", "stride_xm", "stride_ym"]
+BWD_ALIGNED = ["X", "DY", "DX", "GAMMA", "N", "n_elements", "stride_xm", "stride_dym", "stride_dxm"]
 
 
 def compile_forward(dt="bf16", num_warps=4, **constexprs):
@@ -111,7 +112,7 @@ def compile_backward(dt="bf16", num_warps=4, **constexprs):
 @pytest.mark.parametrize(
     ("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 1, 2048), ("fp16", 64, 64)]
 )
-@pytest.mark.parametrize("period", [0, 64], ids=["rows", "folded_rows"])
+@pytest.mark.parametrize("period", [0, 64, 768], ids=["rows", "folded_rows", "folded_768"])
 @pytest.mark.parametrize("sign_select", [True, False], ids=["sign_select", "sign_bitwise"])
 def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period, sign_select):
     c = compile_forward(
@@ -146,7 +147,7 @@ CP_ASYNC_16B = re.compile(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 
 @pytest.mark.parametrize(("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 4, 1024)])
 @pytest.mark.parametrize("strided", [False, True], ids=["chunked", "strided"])
 @pytest.mark.parametrize("stages", [1, 3], ids=["unpipelined", "pipelined"])
-@pytest.mark.parametrize("period", [0, 64], ids=["rows", "folded_rows"])
+@pytest.mark.parametrize("period", [0, 64, 768], ids=["rows", "folded_rows", "folded_768"])
 def test_backward_and_finish_compile(dt, block_m, block_n, strided, stages, period):
     """16-byte accesses: plain ld.global.v4 for the masked tiles (and for all without pipelining),
     16-byte cp.async copies into shared memory for the whole tiles with pipelining (the launch tables ask

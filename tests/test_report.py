@@ -130,6 +130,27 @@ def test_report_takes_newest_perf_file(reports):
     assert "2 perf files in perf/" in md
 
 
+def test_report_shows_copies_at_a_modes_traffic(reports):
+    perf = _perf()
+    copy = {"bytes_moved": 268435456, "ms": 0.066, "gbps": 4056.0, "graph_gbps": 4140.0}
+    perf["copies_at_traffic"] = [copy]
+    path = next((reports / "perf").glob("*.json"))
+    path.write_text(json.dumps(perf))
+    md = report.render(reports).read_text()
+    assert "268 MB 0.960 (graph 0.980)" in md  # against the fixture's 4225 GB/s ceiling
+
+
+def test_copies_at_traffic_move_each_modes_bytes():
+    """One copy per distinct byte count the bandwidth shapes move (x read + y written: 2 sizes of x
+    forward, 3 backward), timed like the kernels; other shape sets add none."""
+    cases = [bench.Case(64, 48, "bfloat16", "bfloat16", "bandwidth"), bench.Case(64, 48, "float32", "float32",
+             "bandwidth"), bench.Case(8, 8, "float32", "float32", "small")]  # fmt: skip
+    copies = bench.measure_copies_at_traffic("cpu", bench.wallclock_timer(2), cases, ["fwd", "bwd"])
+    assert [c["bytes_moved"] for c in copies] == sorted({2 * 6144, 3 * 6144, 2 * 12288, 3 * 12288})
+    for c in copies:
+        assert c["ms"] > 0 and c["gbps"] == pytest.approx(c["bytes_moved"] / (c["ms"] * 1e-3) / 1e9)
+
+
 def test_summary_stays_under_one_mebibyte(tmp_path):
     (tmp_path / "junit").mkdir()
     cases = "".join(
