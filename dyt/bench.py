@@ -213,14 +213,17 @@ def measure_ceiling(device, timer: Timer, nbytes: int = CEILING_BYTES) -> dict[s
     return {"ms": ms, "gbps": 2 * nbytes / (ms * 1e-3) / 1e9, "bytes": nbytes}
 
 
-def measure_copies_at_traffic(device, timer: Timer, cases: list[Case], modes: list[str]) -> list[dict]:
-    """Copies that move the bytes each mode moves at the bandwidth shapes (268 MB for bf16 forward), timed
-    like the kernels (do_bench, and CUDA-graph replays when the run has them): how near the 1 GiB copy's
-    rate any one kernel of that length gets, its launch and tail being a larger share of a shorter run."""
+def measure_copies_at_traffic(device, timer: Timer, cases: list[Case], modes: list[str],
+                              elements: int = BANDWIDTH_ELEMENTS) -> list[dict]:  # fmt: skip
+    """Copies that move the bytes each mode moves at the bandwidth shapes (2^26 elements; 268 MB for bf16
+    forward), timed like the kernels (do_bench, and CUDA-graph replays when the run has them): how near
+    the 1 GiB copy's rate any one kernel of that length gets, its launch and tail being a larger share of
+    a shorter run."""
     import torch
 
-    moved = sorted({TRAFFIC[m] * c.M * c.N * torch.empty(0, dtype=getattr(torch, c.dtype)).element_size()
-                    for c in cases if c.shape_set == "bandwidth" for m in modes})  # fmt: skip
+    itemsizes = {torch.empty(0, dtype=getattr(torch, c.dtype)).element_size()
+                 for c in cases if c.shape_set == "bandwidth"}  # fmt: skip
+    moved = sorted({TRAFFIC[m] * elements * size for size in itemsizes for m in modes})
     out = []
     for nbytes in moved:
         buf = [torch.empty(nbytes // 2, dtype=torch.uint8, device=device) for _ in range(2)]

@@ -173,15 +173,21 @@ def _store_partial_sums(PART_DGAMMA, PART_DBETA, offsets, acc_dgamma, acc_dbeta,
 
 @triton.jit
 def _tile(pid_m, pid_n, M, N, n_elements, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr,
-          FLAT: tl.constexpr):  # fmt: skip
-    """Row and column indices of tile (pid_m, pid_n) and its mask; rows in int64 when INT64. FLAT (folded
-    rows: contiguous, row stride N) also masks from element n_elements on, where the last row may end."""
+          RAGGED: tl.constexpr):  # fmt: skip
+    """Row and column indices of tile (pid_m, pid_n) and its mask (rows below M); rows in int64 when INT64.
+    RAGGED (folded rows: contiguous, row stride N) masks row M - 1 from element n_elements on, by one row
+    test and one column test per element like the rectangle. The backward passes the end of a program's
+    rows as M: a row M - 1 before the true last one gets n_elements - (M - 1) N > N columns, all of it."""
     if INT64:
         pid_m = pid_m.to(tl.int64)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    if FLAT:
-        mask = (rows < M)[:, None] & ((rows[:, None] * N + cols[None, :]) < n_elements)
+    if RAGGED:
+        last = M - 1
+        if INT64:
+            last = last.to(tl.int64)
+        last_cols = n_elements - last * N  # elements in the last row
+        mask = (rows < last)[:, None] | ((rows == last)[:, None] & (cols < last_cols)[None, :])
     else:
         mask = (rows < M)[:, None] & (cols < N)[None, :]
     return rows, cols, mask
@@ -193,26 +199,35 @@ def dyt_fwd_kernel(
     M, N, n_elements, stride_xm, stride_ym, n_col_blocks,
     HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr, GAMMA_PERIOD: tl.constexpr,
-    SIGN_SELECT: tl.constexpr,
+    RAGGED: tl.constexpr, SIGN_SELECT: tl.constexpr, STREAMING: tl.constexpr,
 ):  # fmt: skip
-    """y = gamma * tanh(alpha * x) + beta for one BLOCK_M x BLOCK_N tile per program. With folded rows
-    (GAMMA_PERIOD > 0) the tensors hold n_elements, the last of M rows possibly in part."""
+    """y = gamma * tanh(alpha * x) + beta for one BLOCK_M x BLOCK_N tile per program. With RAGGED folded
+    rows the tensors hold n_elements, the last of the M rows in part. STREAMING: x is read and y written
+    once, so x leaves L2 first and y is stored with the streaming cache hint (a launch-table field)."""
     pid = tl.program_id(0)
     pid_m = pid // n_col_blocks
     pid_n = pid % n_col_blocks
-    rows, cols, mask = _tile(pid_m, pid_n, M, N, n_elements, BLOCK_M, BLOCK_N, INT64, GAMMA_PERIOD > 0)
+    rows, cols, mask = _tile(pid_m, pid_n, M, N, n_elements, BLOCK_M, BLOCK_N, INT64, RAGGED)
     col_ok = cols < N
 
     alpha = tl.load(ALPHA).to(tl.float32)
     gamma = tl.load(GAMMA + _param_index(cols, GAMMA_PERIOD), mask=col_ok, other=0.0).to(tl.float32)
-    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    x_ptrs = X + rows[:, None] * stride_xm + cols[None, :]
+    if STREAMING:
+        x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    else:
+        x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
 
     t = _tanh(alpha * x, TANH, APPROX, SIGN_SELECT)
     y = gamma[None, :] * t
     if HAS_BETA:
         beta = tl.load(BETA + _param_index(cols, GAMMA_PERIOD), mask=col_ok, other=0.0).to(tl.float32)
         y = y + beta[None, :]
-    tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    y_ptrs = Y + rows[:, None] * stride_ym + cols[None, :]
+    if STREAMING:
+        tl.store(y_ptrs, y.to(Y.dtype.element_ty), mask=mask, cache_modifier=".cs")
+    else:
+        tl.store(y_ptrs, y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -253,7 +268,7 @@ def dyt_bwd_kernel(
     M, N, n_elements, stride_xm, stride_dym, stride_dxm, n_col_blocks, n_groups, tiles_per_program,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, TANH: tl.constexpr,
     APPROX: tl.constexpr, STRIDED: tl.constexpr, NUM_STAGES: tl.constexpr, EVEN_N: tl.constexpr,
-    GAMMA_PERIOD: tl.constexpr, PDL: tl.constexpr,
+    GAMMA_PERIOD: tl.constexpr, RAGGED: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
 
@@ -291,11 +306,10 @@ def dyt_bwd_kernel(
     acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
 
     # Rows past this program's tiles are masked like rows past M; n_whole counts its tiles that hold
-    # BLOCK_M whole rows below row_end. Folded rows (GAMMA_PERIOD > 0): the last row may end early.
-    FLAT: tl.constexpr = GAMMA_PERIOD > 0
+    # BLOCK_M whole rows below row_end. RAGGED folded rows: the last row ends early.
     m_whole = M
-    if FLAT:
-        m_whole = n_elements // N
+    if RAGGED:
+        m_whole = M - 1
     if STRIDED:
         first = group
         step = n_groups
@@ -313,13 +327,15 @@ def dyt_bwd_kernel(
     if not EVEN_N:
         n_whole = 0
     for i in tl.range(0, n_whole, num_stages=NUM_STAGES):
-        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, n_elements, BLOCK_M, BLOCK_N, INT64, FLAT)
+        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, n_elements, BLOCK_M, BLOCK_N, INT64,
+                              RAGGED)  # fmt: skip
         acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
             X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
             acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, False,
         )  # fmt: skip
     for i in range(n_whole, tiles_per_program):
-        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, n_elements, BLOCK_M, BLOCK_N, INT64, FLAT)
+        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, n_elements, BLOCK_M, BLOCK_N, INT64,
+                              RAGGED)  # fmt: skip
         acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
             X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
             acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, True,

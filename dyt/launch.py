@@ -79,6 +79,7 @@ class TilePlan:
     int64: bool
     tanh: int
     gamma_period: int  # 0, or the true width when rows were folded (M, N are then the folded view's)
+    ragged: bool  # folded rows of which the last ends early (the kernels then mask it by element count)
     # The kernels compiled for this plan, filled by dyt.direct_launch; not part of what the plan is.
     launches: dict = dataclasses.field(default_factory=dict, compare=False, repr=False, kw_only=True)
 
@@ -97,6 +98,7 @@ class FwdPlan(TilePlan):
     """One tile per program."""
 
     sign_select: bool  # how tanh takes its sign (dyt.kernels._tanh): the table entry's "sign"
+    streaming: bool  # cache hints for data read and written once: the table entry's "streaming"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,20 +234,21 @@ def tanh_method(interpreter: bool) -> int:
     return TANH_METHODS[name]
 
 
-def _folded(M, N, row_strides, mode, itemsize, arch) -> tuple[int, int, tuple[int, ...], int]:
-    """(M, N, row_strides, gamma_period) of the view the kernels see (see fold_factor): folded where the
-    wide rows' column blocks either each hold whole copies of the true width (the backward then adds them
-    up in registers) or tile the wide row exactly (its partial rows are then copies to add up)."""
+def _folded(M, N, row_strides, mode, itemsize, arch) -> tuple[int, int, tuple[int, ...], int, bool]:
+    """(M, N, row_strides, gamma_period, ragged) of the view the kernels see (see fold_factor): folded
+    where the wide rows' column blocks either each hold whole copies of the true width (the backward then
+    adds them up in registers) or tile the wide row exactly (its partial rows are then copies to add up).
+    ragged: the element count is not a multiple of the wide rows' width (87381 x 768 in rows of 3072)."""
     fold = fold_factor(M, N, row_strides)
     if fold > 1:
         wide = N * fold
         block_n = tile_shape(table_entry(_table(arch), mode, itemsize, wide), wide)[1]
         if block_n % N == 0 or wide % block_n == 0:
-            return cdiv(M * N, wide), wide, tuple(wide for _ in row_strides), N
-    return M, N, row_strides, 0
+            return cdiv(M * N, wide), wide, tuple(wide for _ in row_strides), N, (M * N) % wide != 0
+    return M, N, row_strides, 0, False
 
 
-def _tile_fields(entry, M, N, row_strides, interpreter, tile, n_row_programs, gamma_period) -> dict:
+def _tile_fields(entry, M, N, row_strides, interpreter, tile, n_row_programs, gamma_period, ragged) -> dict:
     """The TilePlan fields both plans share, with the grid checked against CUDA's axis-0 limit."""
     block_m, block_n, n_col_blocks = tile
     n_programs = n_row_programs * n_col_blocks
@@ -253,21 +256,36 @@ def _tile_fields(entry, M, N, row_strides, interpreter, tile, n_row_programs, ga
         raise ValueError(f"{M} x {N} needs {n_programs} programs, over the grid limit {GRID_X_LIMIT}")
     return dict(M=M, N=N, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=entry["num_warps"],
                 n_col_blocks=n_col_blocks, grid=(n_programs,), int64=needs_int64(M, N, row_strides, block_m),
-                tanh=tanh_method(interpreter), gamma_period=gamma_period)  # fmt: skip
+                tanh=tanh_method(interpreter), gamma_period=gamma_period, ragged=ragged)  # fmt: skip
 
 
 def plan_forward(M, N, itemsize, row_strides, *, arch="default", interpreter=False) -> FwdPlan:
     """One program per tile."""
-    M, N, row_strides, period = _folded(M, N, row_strides, "fwd", itemsize, arch)
+    M, N, row_strides, period, ragged = _folded(M, N, row_strides, "fwd", itemsize, arch)
     entry = table_entry(_table(arch), "fwd", itemsize, N)
     tile = tile_shape(entry, N)
-    fields = _tile_fields(entry, M, N, row_strides, interpreter, tile, cdiv(M, tile[0]), period)
-    return FwdPlan(**fields, sign_select=entry.get("sign", "select") == "select")
+    fields = _tile_fields(entry, M, N, row_strides, interpreter, tile, cdiv(M, tile[0]), period, ragged)
+    return FwdPlan(**fields, sign_select=entry.get("sign", "select") == "select",
+                   streaming=entry.get("streaming", False))  # fmt: skip
 
 
 def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", interpreter=False) -> BwdPlan:
-    """A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles."""
-    M, N, row_strides, period = _folded(M, N, row_strides, "bwd", itemsize, arch)
+    """A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles.
+
+    Folded rows whose partial rows are copies to add up (768 in rows of 3072) write N // gamma_period
+    times more partials per program; where the partial budget then allows fewer programs than the rows
+    unfolded get (50432 x 768 bf16: 255 against 396, measured 4% slower, NOTES.md v14), they stay
+    unfolded."""
+    folded = _folded(M, N, row_strides, "bwd", itemsize, arch)
+    plan = _plan_backward_view(*folded, itemsize, sm_count, arch, interpreter)
+    if plan.gamma_period and not plan.copies_in_block:
+        unfolded = _plan_backward_view(M, N, row_strides, 0, False, itemsize, sm_count, arch, interpreter)
+        if unfolded.grid[0] > plan.grid[0]:
+            return unfolded
+    return plan
+
+
+def _plan_backward_view(M, N, row_strides, period, ragged, itemsize, sm_count, arch, interpreter) -> BwdPlan:
     entry = table_entry(_table(arch), "bwd", itemsize, N)
     tile = tile_shape(entry, N)
     n_tiles = max(1, cdiv(M, tile[0]))
@@ -283,7 +301,7 @@ def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", inte
     n_groups = cdiv(n_tiles, tiles_per_program)
     finish_g, finish_n = finish_tile(period or N, sm_count)
     return BwdPlan(
-        **_tile_fields(entry, M, N, row_strides, interpreter, tile, n_groups, period),
+        **_tile_fields(entry, M, N, row_strides, interpreter, tile, n_groups, period, ragged),
         n_groups=n_groups,
         tiles_per_program=tiles_per_program,
         strided=entry.get("row_order", "chunked") == "strided",

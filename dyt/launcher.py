@@ -95,8 +95,8 @@ def _current(device: torch.device):
 
 
 def _flat_elements(plan: launch.TilePlan, x2d: torch.Tensor) -> int:
-    """The element count that bounds folded rows (the kernels' n_elements); 0, unused, otherwise."""
-    return x2d.numel() if plan.gamma_period else 0
+    """The element count that bounds ragged folded rows (the kernels' n_elements); 0, unused, otherwise."""
+    return x2d.numel() if plan.ragged else 0
 
 
 def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
@@ -116,7 +116,7 @@ def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
              plan.M, plan.N, _flat_elements(plan, x2d), *strides, plan.n_col_blocks),
             dict(HAS_BETA=has_beta, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64,
                  TANH=plan.tanh, APPROX=not interpreter_active(), GAMMA_PERIOD=plan.gamma_period,
-                 SIGN_SELECT=plan.sign_select),
+                 RAGGED=plan.ragged, SIGN_SELECT=plan.sign_select, STREAMING=plan.streaming),
             direct=not interpreter_active(), num_warps=plan.num_warps,
         )  # fmt: skip
     return _as(y, out_dtype)
@@ -162,7 +162,8 @@ def launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials) -> None:
          plan.n_col_blocks, plan.n_groups, plan.tiles_per_program),
         dict(BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64, TANH=plan.tanh,
              APPROX=not interpreter_active(), STRIDED=plan.strided, NUM_STAGES=plan.num_stages,
-             EVEN_N=plan.N % plan.BLOCK_N == 0, GAMMA_PERIOD=plan.gamma_period, PDL=plan.pdl),
+             EVEN_N=plan.N % plan.BLOCK_N == 0, GAMMA_PERIOD=plan.gamma_period, RAGGED=plan.ragged,
+             PDL=plan.pdl),
         direct=not interpreter_active(), num_warps=plan.num_warps,
     )  # fmt: skip
 

@@ -68,6 +68,18 @@ def test_narrow_rows_are_tiled_several_per_program(width, itemsize, contiguous):
     assert fwd.grid[0] <= 2**20 // 4, "forward launches one program per row or close to it"
 
 
+@pytest.mark.parametrize(("rows", "folds"), [(2**26 // 768, True), (50432, False)])
+def test_copy_folds_keep_the_programs_the_rows_unfolded_get(rows, folds):
+    """768 columns fold into rows of 3072 whose partial rows are copies to add up, four times the partials
+    per program: the backward folds only where the partial budget still allows as many programs as the
+    rows unfolded get (the forward, which writes no partials, always folds)."""
+    fwd, bwd = _plans(rows, 768, 2)
+    assert fwd.gamma_period == 768 and fwd.ragged == bool(rows % 4)
+    assert bwd.gamma_period == (768 if folds else 0), bwd
+    unfolded = _plans(rows, 768, 2, row_stride=1536)[1]  # padded rows: never folded
+    assert unfolded.gamma_period == 0 and bwd.grid[0] >= unfolded.grid[0], (bwd, unfolded)
+
+
 BANDWIDTH_WIDTHS = (64, 128, 256, 512, 768, 1024, 2048, 4096, 8192, 16384)
 
 

@@ -86,11 +86,15 @@ def _bwd_signature(dt):
 # Every compile-time constant of each kernel, as the launcher passes them for a plain 4 x 1024 tile: the
 # tests (and ci/sass_stats.py) name only what they vary, so a new constant is added here once.
 FWD_CONSTEXPRS = {"HAS_BETA": True, "BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False,
-                  "TANH": TANH_METHODS["poly_exp"], "APPROX": True, "GAMMA_PERIOD": 0,
-                  "SIGN_SELECT": True}  # fmt: skip
+                  "TANH": TANH_METHODS["poly_exp"], "APPROX": True, "GAMMA_PERIOD": 0, "RAGGED": False,
+                  "SIGN_SELECT": True, "STREAMING": False}  # fmt: skip
 BWD_CONSTEXPRS = {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": TANH_METHODS["poly_exp"],
                   "APPROX": True, "STRIDED": False, "NUM_STAGES": 3, "EVEN_N": True,
-                  "GAMMA_PERIOD": 0, "PDL": True}  # fmt: skip
+                  "GAMMA_PERIOD": 0, "RAGGED": False, "PDL": True}  # fmt: skip
+# (GAMMA_PERIOD, RAGGED): rows as they are, folded rows (in 1024 and in 3072 columns), and folded rows whose
+# last one ends early.
+FOLDS = [(0, False), (64, False), (768, False), (768, True)]
+FOLD_IDS = ["rows", "folded_rows", "folded_768", "folded_768_ragged"]
 FWD_ALIGNED = ["X", "Y", "GAMMA", "BETA", "N", "n_elements", "stride_xm", "stride_ym"]
 BWD_ALIGNED = ["X", "DY", "DX", "GAMMA", "N", "n_elements", "stride_xm", "stride_dym", "stride_dxm"]
 
@@ -112,18 +116,27 @@ def compile_backward(dt="bf16", num_warps=4, **constexprs):
 @pytest.mark.parametrize(
     ("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 1, 2048), ("fp16", 64, 64)]
 )
-@pytest.mark.parametrize("period", [0, 64, 768], ids=["rows", "folded_rows", "folded_768"])
+@pytest.mark.parametrize(("period", "ragged"), FOLDS, ids=FOLD_IDS)
 @pytest.mark.parametrize("sign_select", [True, False], ids=["sign_select", "sign_bitwise"])
-def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period, sign_select):
-    c = compile_forward(
-        dt, BLOCK_M=block_m, BLOCK_N=block_n, INT64=int64, GAMMA_PERIOD=period, SIGN_SELECT=sign_select
-    )
+def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period, ragged, sign_select):
+    c = compile_forward(dt, BLOCK_M=block_m, BLOCK_N=block_n, INT64=int64, GAMMA_PERIOD=period, RAGGED=ragged,
+                        SIGN_SELECT=sign_select)  # fmt: skip
     ptx = c.asm["ptx"]
     assert "cubin" in c.asm
     assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx), "x is not loaded 16 bytes at a time"
     assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), "y is not stored 16 bytes at a time"
     assert "tanh.approx" not in ptx, "the default tanh must not use the hardware approximation"
     assert "rcp.approx" in ptx and "div.full" not in ptx, "the reciprocal must be one MUFU, not div.full"
+
+
+@needs_compiler
+def test_forward_streaming_hints():
+    """The launch table's "streaming": x loaded first out of L2 (an evict_first policy), y stored .cs."""
+    ptx = compile_forward(STREAMING=True).asm["ptx"]
+    assert re.search(r"ld\.global(\.\w+)*\.L2::cache_hint(\.\w+)*\.v4\.b32", ptx), "x has no eviction hint"
+    assert re.search(r"st\.global\.cs(\.\w+)*\.v4\.b32", ptx), "y is not stored with .cs"
+    plain = compile_forward(STREAMING=False).asm["ptx"]
+    assert "cache_hint" not in plain and "st.global.cs" not in plain
 
 
 @needs_compiler
@@ -147,14 +160,13 @@ CP_ASYNC_16B = re.compile(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 
 @pytest.mark.parametrize(("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 4, 1024)])
 @pytest.mark.parametrize("strided", [False, True], ids=["chunked", "strided"])
 @pytest.mark.parametrize("stages", [1, 3], ids=["unpipelined", "pipelined"])
-@pytest.mark.parametrize("period", [0, 64, 768], ids=["rows", "folded_rows", "folded_768"])
-def test_backward_and_finish_compile(dt, block_m, block_n, strided, stages, period):
+@pytest.mark.parametrize(("period", "ragged"), FOLDS, ids=FOLD_IDS)
+def test_backward_and_finish_compile(dt, block_m, block_n, strided, stages, period, ragged):
     """16-byte accesses: plain ld.global.v4 for the masked tiles (and for all without pipelining),
     16-byte cp.async copies into shared memory for the whole tiles with pipelining (the launch tables ask
     for NUM_STAGES >= 3 on Hopper); 16-byte dx stores."""
-    c = compile_backward(
-        dt, BLOCK_M=block_m, BLOCK_N=block_n, STRIDED=strided, NUM_STAGES=stages, GAMMA_PERIOD=period
-    )
+    c = compile_backward(dt, BLOCK_M=block_m, BLOCK_N=block_n, STRIDED=strided, NUM_STAGES=stages,
+                         GAMMA_PERIOD=period, RAGGED=ragged)  # fmt: skip
     ptx = c.asm["ptx"]
     assert not ATOMIC.search(ptx), "reductions must not use atomics (determinism)"
     assert "div.full" not in ptx and "ex2.approx.ftz" in ptx

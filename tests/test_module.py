@@ -3,6 +3,12 @@ torch.compile(fullgraph=True) of a small model, and CUDA graph capture and repla
 
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 from torch import nn
@@ -162,11 +168,25 @@ def test_cuda_graph_capture_and_replay(seed):
         check_against_reference(fresh, outs)
 
 
-@pytest.mark.gpu_only
 def test_tensors_on_a_gpu_that_is_not_the_current_one(seed):
-    """Triton launches on the current device; dyt makes the tensors' GPU current for its launches."""
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs two visible GPUs (the GPU matrix pins one per worker): run it with both visible")
-    with torch.cuda.device(0):
-        inp = make_inputs((300, 256), torch.bfloat16, seed=seed, dev=torch.device("cuda:1"))
-        check_against_reference(inp, run(inp))
+    """Triton launches on the current device; dyt makes the tensors' GPU current for its launches. Checked
+    in a child process that sees every GPU of the run (the GPU matrix pins one GPU per worker)."""
+    gpus = [g for g in os.environ.get("DYT_GPUS", "").split(",") if g]
+    if len(gpus) < 2 and not (torch.cuda.is_available() and torch.cuda.device_count() >= 2):
+        pytest.skip("needs two GPUs: tensors on cuda:1 while cuda:0 is current")
+    env = dict(os.environ)
+    if len(gpus) >= 2:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    tests = pathlib.Path(__file__).parent
+    env["PYTHONPATH"] = os.pathsep.join([str(tests.parent), str(tests), env.get("PYTHONPATH", "")])
+    code = textwrap.dedent(f"""
+        import torch
+        from helpers import check_against_reference, make_inputs, run
+        assert torch.cuda.device_count() >= 2
+        with torch.cuda.device(0):
+            inp = make_inputs((300, 256), torch.bfloat16, seed={seed}, dev=torch.device("cuda:1"))
+            check_against_reference(inp, run(inp))
+        print("checked on cuda:1 with cuda:0 current")
+    """)  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "checked on cuda:1" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]

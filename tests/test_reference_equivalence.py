@@ -223,6 +223,7 @@ def test_contiguous_rows_fold(rows, width, folds, dtype, alpha, seed):
     dt = DTYPES[dtype]
     fwd, bwd = plans_for((rows, width), dt)
     assert (fwd.gamma_period, bwd.gamma_period) == ((width, width) if folds else (0, 0)), (fwd, bwd)
+    assert fwd.ragged == bwd.ragged == (folds and (rows * width) % fwd.N != 0), (fwd, bwd)
     inp = make_inputs((rows, width), dt, seed=seed, alpha=alpha)
     outs = run(inp)
     check_against_reference(inp, outs)
