@@ -133,7 +133,7 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period
 def test_forward_streaming_hints():
     """The launch table's "streaming": x loaded first out of L2 (an evict_first policy), y stored .cs."""
     ptx = compile_forward(STREAMING=True).asm["ptx"]
-    assert re.search(r"ld\.global(\.\w+)*\.L2::cache_hint(\.\w+)*\.v4\.b32", ptx), "x has no eviction hint"
+    assert re.search(r"ld\.global[\w.:]*\.L2::cache_hint[\w.:]*\.v4\.b32", ptx), "x has no eviction hint"
     assert re.search(r"st\.global\.cs(\.\w+)*\.v4\.b32", ptx), "y is not stored with .cs"
     plain = compile_forward(STREAMING=False).asm["ptx"]
     assert "cache_hint" not in plain and "st.global.cs" not in plain
