@@ -199,11 +199,10 @@ def dyt_fwd_kernel(
     M, N, n_elements, stride_xm, stride_ym, n_col_blocks,
     HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr, GAMMA_PERIOD: tl.constexpr,
-    RAGGED: tl.constexpr, SIGN_SELECT: tl.constexpr, STREAMING: tl.constexpr,
+    RAGGED: tl.constexpr, SIGN_SELECT: tl.constexpr,
 ):  # fmt: skip
     """y = gamma * tanh(alpha * x) + beta for one BLOCK_M x BLOCK_N tile per program. With RAGGED folded
-    rows the tensors hold n_elements, the last of the M rows in part. STREAMING: x is read and y written
-    once, so x leaves L2 first and y is stored with the streaming cache hint (a launch-table field)."""
+    rows the tensors hold n_elements, the last of the M rows in part."""
     pid = tl.program_id(0)
     pid_m = pid // n_col_blocks
     pid_n = pid % n_col_blocks
@@ -212,22 +211,14 @@ def dyt_fwd_kernel(
 
     alpha = tl.load(ALPHA).to(tl.float32)
     gamma = tl.load(GAMMA + _param_index(cols, GAMMA_PERIOD), mask=col_ok, other=0.0).to(tl.float32)
-    x_ptrs = X + rows[:, None] * stride_xm + cols[None, :]
-    if STREAMING:
-        x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    else:
-        x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
 
     t = _tanh(alpha * x, TANH, APPROX, SIGN_SELECT)
     y = gamma[None, :] * t
     if HAS_BETA:
         beta = tl.load(BETA + _param_index(cols, GAMMA_PERIOD), mask=col_ok, other=0.0).to(tl.float32)
         y = y + beta[None, :]
-    y_ptrs = Y + rows[:, None] * stride_ym + cols[None, :]
-    if STREAMING:
-        tl.store(y_ptrs, y.to(Y.dtype.element_ty), mask=mask, cache_modifier=".cs")
-    else:
-        tl.store(y_ptrs, y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -287,12 +278,11 @@ def dyt_bwd_kernel(
     cost shared memory, not registers. All three sums are per-lane float32 accumulators reduced once at
     the end, so the loops have no cross-thread reduction.
 
-    With PDL, each program lets the finishing kernel launch as it starts: once every program has started,
-    the finish's programs are placed beside them and wait (griddepcontrol.wait) for this kernel to end,
-    so its launch costs nothing after it. Programs that have not started yet keep the finish back, so
-    it can never hold a place that one of them needs.
+    With PDL, each program lets the finishing kernel launch once its loops are done: the finish's launch
+    then overlaps this kernel's last programs (it waits, griddepcontrol.wait, for the partials). Allowed
+    from the start instead, the finish's programs sat beside these ones for the whole kernel and saved
+    0.2 us instead of 0.9 (NOTES.md v14).
     """
-    _launch_dependents(PDL)
     pid = tl.program_id(0)
     pid_n = pid % n_col_blocks
     group = pid // n_col_blocks
@@ -340,6 +330,7 @@ def dyt_bwd_kernel(
             X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
             acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, True,
         )  # fmt: skip
+    _launch_dependents(PDL)
 
     if GAMMA_PERIOD > 0:
         if BLOCK_N % GAMMA_PERIOD == 0:

@@ -116,7 +116,7 @@ def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
              plan.M, plan.N, _flat_elements(plan, x2d), *strides, plan.n_col_blocks),
             dict(HAS_BETA=has_beta, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64,
                  TANH=plan.tanh, APPROX=not interpreter_active(), GAMMA_PERIOD=plan.gamma_period,
-                 RAGGED=plan.ragged, SIGN_SELECT=plan.sign_select, STREAMING=plan.streaming),
+                 RAGGED=plan.ragged, SIGN_SELECT=plan.sign_select),
             direct=not interpreter_active(), num_warps=plan.num_warps,
         )  # fmt: skip
     return _as(y, out_dtype)

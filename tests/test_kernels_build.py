@@ -87,7 +87,7 @@ def _bwd_signature(dt):
 # tests (and ci/sass_stats.py) name only what they vary, so a new constant is added here once.
 FWD_CONSTEXPRS = {"HAS_BETA": True, "BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False,
                   "TANH": TANH_METHODS["poly_exp"], "APPROX": True, "GAMMA_PERIOD": 0, "RAGGED": False,
-                  "SIGN_SELECT": True, "STREAMING": False}  # fmt: skip
+                  "SIGN_SELECT": True}  # fmt: skip
 BWD_CONSTEXPRS = {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": TANH_METHODS["poly_exp"],
                   "APPROX": True, "STRIDED": False, "NUM_STAGES": 3, "EVEN_N": True,
                   "GAMMA_PERIOD": 0, "RAGGED": False, "PDL": True}  # fmt: skip
@@ -127,16 +127,6 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period
     assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), "y is not stored 16 bytes at a time"
     assert "tanh.approx" not in ptx, "the default tanh must not use the hardware approximation"
     assert "rcp.approx" in ptx and "div.full" not in ptx, "the reciprocal must be one MUFU, not div.full"
-
-
-@needs_compiler
-def test_forward_streaming_hints():
-    """The launch table's "streaming": x loaded first out of L2 (an evict_first policy), y stored .cs."""
-    ptx = compile_forward(STREAMING=True).asm["ptx"]
-    assert re.search(r"ld\.global[\w.:]*\.L2::cache_hint[\w.:]*\.v4\.b32", ptx), "x has no eviction hint"
-    assert re.search(r"st\.global\.cs(\.\w+)*\.v4\.b32", ptx), "y is not stored with .cs"
-    plain = compile_forward(STREAMING=False).asm["ptx"]
-    assert "cache_hint" not in plain and "st.global.cs" not in plain
 
 
 @needs_compiler
