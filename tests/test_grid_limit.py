@@ -181,19 +181,28 @@ def test_more_than_two_to_the_31_elements(seed):
         scale=(gamma.double() * torch.tanh(0.7 * sub.x.double())).abs() + beta.double().abs(),
     )
     assert_close("dx[sampled rows]", x.grad[rows], dx_ref, kind="out", storage=torch.bfloat16)
-    dgamma = torch.zeros(N, dtype=torch.float64, device=dev)
-    dbeta = torch.zeros(N, dtype=torch.float64, device=dev)
-    dalpha = torch.zeros((), dtype=torch.float64, device=dev)
+    # The float32 rule for parameter gradients allows rounding in proportion to the root sum of squared
+    # terms (tests/tolerances.py): a sum of 2^31 terms can cancel to a small value (dalpha -216.8 against
+    # an rss of ~2.5e4 at one seed), so the bare relative bound alone depends on the seed.
+    sums = {name: torch.zeros(shape, dtype=torch.float64, device=dev)
+            for name, shape in (("dalpha", ()), ("dgamma", (N,)), ("dbeta", (N,)))}  # fmt: skip
+    squares = {name: torch.zeros_like(t) for name, t in sums.items()}
     for lo in range(0, M, 8192):
-        dx_c, da_c, dg_c, db_c = reference.dyt_backward_reference(
-            dy[lo : lo + 8192], x.detach()[lo : lo + 8192], alpha, gamma, beta
-        )
-        dalpha += da_c.reshape(())
-        dgamma += dg_c
-        dbeta += db_c
-    assert_close("dalpha", alpha.grad, dalpha.reshape(1), kind="param", storage=torch.float32)
-    assert_close("dgamma", gamma.grad, dgamma, kind="param", storage=torch.float32)
-    assert_close("dbeta", beta.grad, dbeta, kind="param", storage=torch.float32)
+        xs, dys = x.detach()[lo : lo + 8192], dy[lo : lo + 8192]
+        _, da_c, dg_c, db_c = reference.dyt_backward_reference(dys, xs, alpha, gamma, beta)
+        for name, part in (("dalpha", da_c.reshape(())), ("dgamma", dg_c), ("dbeta", db_c)):
+            sums[name] += part
+        x64, dy64 = xs.double(), dys.double()
+        z = alpha.detach().double() * x64
+        dz = dy64 * gamma.detach().double() * reference.sech2_reference(z)
+        squares["dalpha"] += (dz * x64).square().sum()
+        squares["dgamma"] += (dy64 * torch.tanh(z)).square().sum(dim=0)
+        squares["dbeta"] += dy64.square().sum(dim=0)
+        del x64, dy64, z, dz
+    for name, grad in (("dalpha", alpha.grad), ("dgamma", gamma.grad), ("dbeta", beta.grad)):
+        ref = sums[name].reshape(grad.shape)
+        rss = squares[name].sqrt().reshape(grad.shape)
+        assert_close(name, grad, ref, kind="param", storage=torch.float32, rss=rss)
 
 
 @pytest.mark.parametrize(
