@@ -1,0 +1,64 @@
+"""The backward's dalpha accumulation emulated in numpy at 131073 x 16384 bf16 (the sm90 plan: 384
+programs x 2048 lanes x 2731 tiles): per-lane float32 sums as the kernel kept them before compensation,
+with Kahan's compensation, and with the rounding error of each addition added up apart (Fast2Sum, what
+the kernel does: an infinite sum cannot turn its error term into NaN inside the sum), each reduced per
+program and across programs in float64, against float64. Dev tool for NOTES.md (no GPU; ~2 minutes).
+
+    python ci/dalpha_emulation.py [SEED]
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+PROGRAMS, LANES, STEPS = 384, 2048, 2731  # 131073 x 16384 elements: 65537 tiles of 2 x 1024 over 24 groups
+ALPHA = np.float32(0.7)
+
+
+def to_bf16(a: np.ndarray) -> np.ndarray:
+    """float32 rounded to bfloat16 (nearest even), kept in float32."""
+    bits = a.astype(np.float32).view(np.uint32)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return bits.view(np.float32)
+
+
+def main(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    gamma = rng.standard_normal((16, 1024)).astype(np.float32)  # program p: column block p % 16
+    g = np.broadcast_to(gamma[np.arange(PROGRAMS) % 16][:, None, :], (PROGRAMS, 2, 1024)).reshape(
+        PROGRAMS, LANES
+    )
+    plain = np.zeros((PROGRAMS, LANES), np.float32)
+    total = np.zeros_like(plain)
+    lost = np.zeros_like(plain)
+    apart, errors = np.zeros_like(plain), np.zeros_like(plain)
+    exact = squares = 0.0
+    for _ in range(STEPS):
+        x = to_bf16(rng.standard_normal((PROGRAMS, LANES), dtype=np.float32))
+        dy = to_bf16(rng.standard_normal((PROGRAMS, LANES), dtype=np.float32))
+        sech2 = (np.float32(1) / np.cosh(ALPHA * x)) ** 2
+        term = (dy * g * sech2).astype(np.float32) * x
+        plain += term
+        compensated = term - lost
+        new_total = total + compensated
+        lost = (new_total - total) - compensated
+        total = new_total
+        summed = apart + term
+        errors += term - (summed - apart)
+        apart = summed
+        exact += term.astype(np.float64).sum()
+        squares += np.square(term.astype(np.float64)).sum()
+    plain_sum = plain.sum(axis=1, dtype=np.float32).astype(np.float64).sum()
+    kahan_sum = (total.astype(np.float64) - lost.astype(np.float64)).sum()
+    apart_sum = (apart.astype(np.float64) + errors.astype(np.float64)).sum()
+    rss = squares**0.5
+    allowed = 8 * 2.0**-23 * rss + 1e-5 * abs(exact)
+    print(f"exact {exact:.6f} rss {rss:.1f} allowed {allowed:.4f} (8 float32 ulps of rss + 1e-5 of |sum|)")
+    print(f"errors: float32 lanes {plain_sum - exact:+.5f}, Kahan {kahan_sum - exact:+.5f}, "
+          f"Fast2Sum errors apart {apart_sum - exact:+.5f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
