@@ -2,7 +2,7 @@
 # One call on a lent GPU machine (no nox, no network): the GPU matrix on every visible GPU through
 # ci/entry.sh (one xdist worker each), then the bench alone on GPU 0, then the report; everything tarred
 # into $OUT/reports.tgz (the device tool returns few files). What made reports/baselines/h200x2-68785cd/
-# and (with DYT_MATRIX_GPUS=1) the bench of nvidia-h200-17b683c.json.
+# and (with DYT_MATRIX_GPUS=1) the bench of archive/nvidia-h200-17b683c.json.
 #
 #   DYT_GIT_SHA=<sha7> bash ci/device_evidence.sh          (carry .whl/ holding junitparser, liger-kernel)
 #
