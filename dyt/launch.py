@@ -79,7 +79,7 @@ class TilePlan:
     int64: bool
     tanh: int
     gamma_period: int  # 0, or the true width when rows were folded (M, N are then the folded view's)
-    ragged: bool  # folded rows of which the last ends early (the kernels then mask it by element count)
+    ragged: bool  # folded rows of which the last ends early (its columns masked by the element count)
     # The kernels compiled for this plan, filled by dyt.direct_launch; not part of what the plan is.
     launches: dict = dataclasses.field(default_factory=dict, compare=False, repr=False, kw_only=True)
 
@@ -199,8 +199,8 @@ def tile_shape(entry: dict, width: int) -> tuple[int, int, int]:
 # fastest on H200: NOTES.md v12, v14); gamma's runs of consecutive indices stay at least MIN_FOLD_RUN long.
 FOLD_WIDTH = 1024
 MIN_FOLD_RUN = 128
-# Folded rows are masked by element index (the last one may end early): Triton specializes that count on
-# divisibility by 16, and only then keeps the masked accesses 16 bytes wide.
+# The last folded row may end early, its columns masked at n_elements - (M - 1) N: Triton specializes the
+# element count on divisibility by 16, and only then keeps those masked accesses 16 bytes wide.
 FOLD_ELEMENT_MULTIPLE = 16
 
 
