@@ -221,8 +221,7 @@ def measure_copies_at_traffic(device, timer: Timer, cases: list[Case], modes: li
     a shorter run."""
     import torch
 
-    itemsizes = {torch.empty(0, dtype=getattr(torch, c.dtype)).element_size()
-                 for c in cases if c.shape_set == "bandwidth"}  # fmt: skip
+    itemsizes = {getattr(torch, c.dtype).itemsize for c in cases if c.shape_set == "bandwidth"}
     moved = sorted({TRAFFIC[m] * elements * size for size in itemsizes for m in modes})
     out = []
     for nbytes in moved:

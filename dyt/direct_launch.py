@@ -61,18 +61,19 @@ def launch(kernel, grid: tuple, cache: dict, variant, args: tuple, constexprs: d
     The plan and `variant` must determine constexprs, num_warps and launch_pdl. direct=False (the
     interpreter) always takes the JIT path. The tensors must be on the current CUDA device (dyt.launcher
     makes it so)."""
+    direct = direct and not _hooks_set()
+    if direct:
+        key = (variant, _signature([a for a in args if isinstance(a, torch.Tensor)]))
+        hit = cache.get(key)
+        if hit is not None:
+            run, function, packed_metadata, tail = hit
+            stream = _driver.active.get_current_stream(torch.cuda.current_device())
+            run(grid[0], 1, 1, stream, function, packed_metadata, None, None, None, *args, *tail)
+            return
     options = {"num_warps": num_warps, **({"launch_pdl": True} if launch_pdl else {})}
-    if not direct or _hooks_set():
-        kernel[grid](*args, **constexprs, **options)
-        return
-    key = (variant, _signature([a for a in args if isinstance(a, torch.Tensor)]))
-    hit = cache.get(key)
-    if hit is not None:
-        run, function, packed_metadata, tail = hit
-        stream = _driver.active.get_current_stream(torch.cuda.current_device())
-        run(grid[0], 1, 1, stream, function, packed_metadata, None, None, None, *args, *tail)
-        return
     compiled = kernel[grid](*args, **constexprs, **options)
+    if not direct:
+        return
     tail = trailing_constexprs(kernel, len(args), constexprs)
     fields = ("run", "function", "packed_metadata")
     if tail is not None and compiled is not None and all(hasattr(compiled, f) for f in fields):

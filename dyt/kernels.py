@@ -287,9 +287,9 @@ def dyt_bwd_kernel(
     keeps what its additions round off in a second accumulator.
 
     With PDL, each program lets the finishing kernel launch once its loops are done: the finish's launch
-    then overlaps this kernel's last programs (it waits, griddepcontrol.wait, for the partials). Allowed
-    from the start instead, the finish's programs sat beside these ones for the whole kernel and saved
-    0.2 us instead of 0.9 (NOTES.md v14).
+    then overlaps this kernel's last programs (it waits, griddepcontrol.wait, for the partials). Measured
+    (NOTES.md v14), this saves 0.1-0.9 us, within run-to-run noise; allowed from the kernel's start it
+    saved no more.
     """
     pid = tl.program_id(0)
     pid_n = pid % n_col_blocks

@@ -94,9 +94,14 @@ def _current(device: torch.device):
     return contextlib.nullcontext()
 
 
-def _flat_elements(plan: launch.TilePlan, x2d: torch.Tensor) -> int:
-    """The element count that bounds ragged folded rows (the kernels' n_elements); 0, unused, otherwise."""
-    return x2d.numel() if plan.ragged else 0
+def _layout_args(plan: launch.TilePlan, x2d: torch.Tensor, *tensors: torch.Tensor) -> tuple[int, ...]:
+    """(n_elements, row stride of x2d, of each of tensors) as the kernels take them. Folded rows are the
+    same contiguous memory seen as plan.M rows of plan.N, the last possibly in part (ragged: n_elements
+    bounds it; 0, unused, otherwise)."""
+    n_elements = x2d.numel() if plan.ragged else 0
+    if plan.gamma_period:
+        return (n_elements,) + (plan.N,) * (1 + len(tensors))
+    return (n_elements, x2d.stride(0), *(t.stride(0) for t in tensors))
 
 
 def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
@@ -107,13 +112,11 @@ def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
         return _as(y, out_dtype)
     plan = forward_plan(x2d)
     has_beta = beta is not None
-    # Folded rows: the same memory seen as plan.M rows of plan.N (the last possibly in part).
-    strides = (plan.N, plan.N) if plan.gamma_period else (x2d.stride(0), y.stride(0))
     with _current(x2d.device):
         direct_launch.launch(
             kernels.dyt_fwd_kernel, plan.grid, plan.launches, has_beta,
             (x2d, y, alpha, gamma, beta if has_beta else gamma,
-             plan.M, plan.N, _flat_elements(plan, x2d), *strides, plan.n_col_blocks),
+             plan.M, plan.N, *_layout_args(plan, x2d, y), plan.n_col_blocks),
             dict(HAS_BETA=has_beta, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64,
                  TANH=plan.tanh, APPROX=not interpreter_active(), GAMMA_PERIOD=plan.gamma_period,
                  RAGGED=plan.ragged, SIGN_SELECT=plan.sign_select),
@@ -154,11 +157,9 @@ def backward_partials(plan: launch.BwdPlan, device) -> tuple[torch.Tensor, torch
 
 def launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials) -> None:
     """dyt_bwd_kernel: dx, and the partials (ci/bwd_split.py times it apart from the finish)."""
-    # Folded rows: the same memory seen as plan.M rows of plan.N (the last possibly in part).
-    strides = (plan.N,) * 3 if plan.gamma_period else (x2d.stride(0), dy2d.stride(0), dx.stride(0))
     direct_launch.launch(
         kernels.dyt_bwd_kernel, plan.grid, plan.launches, "main",
-        (x2d, dy2d, dx, alpha, gamma, *partials, plan.M, plan.N, _flat_elements(plan, x2d), *strides,
+        (x2d, dy2d, dx, alpha, gamma, *partials, plan.M, plan.N, *_layout_args(plan, x2d, dy2d, dx),
          plan.n_col_blocks, plan.n_groups, plan.tiles_per_program),
         dict(BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64, TANH=plan.tanh,
              APPROX=not interpreter_active(), STRIDED=plan.strided, NUM_STAGES=plan.num_stages,
