@@ -224,8 +224,7 @@ def dyt_fwd_kernel(
 @triton.jit
 def _bwd_tile(
     X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
-    acc_dgamma, acc_dbeta, acc_dalpha, lost_dalpha, TANH: tl.constexpr, APPROX: tl.constexpr,
-    MASKED: tl.constexpr,
+    acc_dgamma, acc_dbeta, acc_dalpha, TANH: tl.constexpr, APPROX: tl.constexpr, MASKED: tl.constexpr,
 ):  # fmt: skip
     """One tile of the backward: stores dx, returns the three accumulators with this tile added.
 
@@ -251,13 +250,7 @@ def _bwd_tile(
         t, sech2 = _tanh_sech2(alpha * x, TANH, APPROX)
         dz = (dy * gamma[None, :]) * sech2
         tl.store(dx_ptrs, (dz * alpha).to(DX.dtype.element_ty))
-    # dalpha sums every element of a program's run (2731 per lane at 2^31 elements), where a plain
-    # float32 lane sum drifts past the float32 gradient contract: what each addition rounds off
-    # (Fast2Sum) is added up apart and added back at the end. Never fed back into the sum, it cannot turn
-    # an infinite sum into NaN (the program's end keeps a sum that is not finite as it is).
-    term = dz * x
-    total = acc_dalpha + term
-    return acc_dgamma + dy * t, acc_dbeta + dy, total, lost_dalpha + (term - (total - acc_dalpha))
+    return acc_dgamma + dy * t, acc_dbeta + dy, acc_dalpha + dz * x
 
 
 @triton.jit
@@ -283,8 +276,9 @@ def dyt_bwd_kernel(
     loop is pipelined by Triton (NUM_STAGES > 1 on the GPU): x and dy of the next NUM_STAGES - 1 tiles are
     copied to shared memory asynchronously (cp.async) while this tile is computed, so the loads in flight
     cost shared memory, not registers. All three sums are per-lane float32 accumulators reduced once at
-    the end, so the loops have no cross-thread reduction; dalpha's, which adds every element of the run,
-    keeps what its additions round off in a second accumulator.
+    the end, so the loops have no cross-thread reduction. A lane adds one term per tile: the plan keeps
+    tiles_per_program at most dyt.launch.MAX_TILES_PER_PROGRAM, where float32's rounding stays inside the
+    parameter gradients' contract (NOTES.md v15).
 
     With PDL, each program lets the finishing kernel launch once its loops are done: the finish's launch
     then overlaps this kernel's last programs (it waits, griddepcontrol.wait, for the partials). Measured
@@ -302,7 +296,6 @@ def dyt_bwd_kernel(
     acc_dgamma = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_dbeta = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    lost_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # what acc_dalpha's additions rounded off
 
     # Rows past this program's tiles are masked like rows past M; n_whole counts its tiles that hold
     # BLOCK_M whole rows below row_end. RAGGED folded rows: the last row ends early.
@@ -328,16 +321,16 @@ def dyt_bwd_kernel(
     for i in tl.range(0, n_whole, num_stages=NUM_STAGES):
         rows, _, mask = _tile(first + i * step, pid_n, row_end, N, n_elements, BLOCK_M, BLOCK_N, INT64,
                               RAGGED)  # fmt: skip
-        acc_dgamma, acc_dbeta, acc_dalpha, lost_dalpha = _bwd_tile(
+        acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
             X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
-            acc_dgamma, acc_dbeta, acc_dalpha, lost_dalpha, TANH, APPROX, False,
+            acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, False,
         )  # fmt: skip
     for i in range(n_whole, tiles_per_program):
         rows, _, mask = _tile(first + i * step, pid_n, row_end, N, n_elements, BLOCK_M, BLOCK_N, INT64,
                               RAGGED)  # fmt: skip
-        acc_dgamma, acc_dbeta, acc_dalpha, lost_dalpha = _bwd_tile(
+        acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
             X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
-            acc_dgamma, acc_dbeta, acc_dalpha, lost_dalpha, TANH, APPROX, True,
+            acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, True,
         )  # fmt: skip
     _launch_dependents(PDL)
 
@@ -355,10 +348,8 @@ def dyt_bwd_kernel(
             _store_partial_sums(PART_DGAMMA, PART_DBETA, group * N + cols, acc_dgamma, acc_dbeta, col_ok)
     else:
         _store_partial_sums(PART_DGAMMA, PART_DBETA, group * N + cols, acc_dgamma, acc_dbeta, col_ok)
-    # One scalar per program in float64: the finish kernel adds programs' sums without float32 drift.
-    sums = acc_dalpha.to(tl.float64)
-    lanes = tl.where(acc_dalpha - acc_dalpha == 0.0, sums + lost_dalpha.to(tl.float64), sums)
-    dalpha = tl.sum(tl.sum(lanes, axis=1), axis=0)
+    # One scalar per program, its lanes added in float64: the finish adds programs' sums without drift.
+    dalpha = tl.sum(tl.sum(acc_dalpha.to(tl.float64), axis=1), axis=0)
     tl.store(PART_DALPHA + pid + tl.arange(0, 1), tl.zeros((1,), dtype=tl.float64) + dalpha)
 
 

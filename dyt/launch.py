@@ -28,6 +28,10 @@ FINISH_MAX_BLOCK_N = 256
 FINISH_NUM_WARPS = 8
 # Backward partial sums may cost at most this fraction of the backward's main traffic (x, dy, dx).
 PARTIAL_TRAFFIC_BUDGET = 0.018
+# Each lane of a backward program adds one float32 term per tile. A float32 sum of n terms of one sign is
+# off by at most (n - 1) 2^-24 of itself: 128 tiles keep that below the 1e-5 contract of the parameter
+# gradients (2731 at 2^31 elements did not, NOTES.md v15). Longer runs take more programs, in whole waves.
+MAX_TILES_PER_PROGRAM = 128
 # Programs the interpreter pretends to have SMs for: small, so CPU runs stay quick.
 INTERPRETER_SM_COUNT = 4
 
@@ -273,7 +277,8 @@ def plan_forward(M, N, itemsize, row_strides, *, arch="default", interpreter=Fal
 
 
 def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", interpreter=False) -> BwdPlan:
-    """A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles.
+    """A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles (at most
+    MAX_TILES_PER_PROGRAM: larger problems get that many programs again, once per wave).
 
     Folded rows whose partial rows are copies to add up (768 in rows of 3072) write N // gamma_period
     times more partials per program; where the partial budget then allows fewer programs than the rows
@@ -300,7 +305,8 @@ def _plan_backward_view(M, N, row_strides, period, ragged, itemsize, sm_count, a
     floor_groups = cdiv(sm_count, tile[2])
     wanted = (entry["programs_per_sm"] * sm_count) // tile[2]
     target_groups = max(1, min(wanted, max(budget_groups, floor_groups), n_tiles))
-    tiles_per_program = cdiv(n_tiles, target_groups)
+    waves = cdiv(n_tiles, target_groups * MAX_TILES_PER_PROGRAM)  # 1 below ~2^27 elements
+    tiles_per_program = cdiv(n_tiles, min(target_groups * waves, n_tiles))
     n_groups = cdiv(n_tiles, tiles_per_program)
     finish_g, finish_n = finish_tile(period or N, sm_count)
     return BwdPlan(

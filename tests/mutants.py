@@ -107,6 +107,20 @@ MUTANTS: dict[str, Mutant] = {
             expect="relative L2 error",
         ),
         Mutant(
+            name="long_lane_runs",
+            bug="a backward program's run of tiles, each lane's chain of float32 additions, left uncapped",
+            module="dyt.launch",
+            targets=(
+                (
+                    "_plan_backward_view",
+                    (("waves = cdiv(n_tiles, target_groups * MAX_TILES_PER_PROGRAM)", "waves = 1", 1),),
+                ),
+            ),
+            suite="tests/test_dtype_contract.py",
+            tests=("tests/test_dtype_contract.py::test_float32_parameter_grads_over_long_runs_of_one_term",),
+            expect="dbeta: relative L2 error",
+        ),
+        Mutant(
             name="rows_on_grid_axis_1",
             bug="plans put row tiles on grid axis 1: grid=(n_col_blocks, n_row_tiles)",
             module="dyt.launch",

@@ -9,9 +9,11 @@ import pytest
 import torch
 
 import dyt
+from dyt import launch, launcher
 
-from helpers import DTYPES, check_against_reference, device, make_inputs, run
+from helpers import DTYPES, Inputs, check_against_reference, device, make_inputs, run
 from paths import PATHS, assert_path, path_context
+from tolerances import assert_close
 
 pytestmark = pytest.mark.dtype_contract
 
@@ -53,6 +55,47 @@ def test_float32_parameter_grads_as_accurate_as_float32(path, x_dtype, seed):
     with path_context(path):
         outs = run(inp)
     check_against_reference(inp, outs)  # float32 grads are held to relative L2 <= 1e-5 there
+
+
+# One program per SM over 1 x 16 tiles: RUN_TILES tiles per program unless the plan caps the run.
+RUN_TILES = 1024
+_ONE_PER_SM = {"max_width": None, "BLOCK_M": 1, "BLOCK_N": 16, "num_warps": 1, "programs_per_sm": 1,
+               "row_order": "chunked", "num_stages": 2, "sign": "select"}  # fmt: skip
+ONE_PROGRAM_PER_SM = {mode: {b: [_ONE_PER_SM] for b in ("16bit", "fp32")} for mode in ("fwd", "bwd")}
+# A float32 whose running sum rounds the same way at every addition once past 1024 of them: 1024 additions
+# are 1.53e-5 low (the contract allows 1e-5), 128 are exact (float32 sums emulated in numpy). Scaled by
+# powers of two, it keeps that.
+ROUNDS_DOWN = 1.99615478515625
+
+
+def test_float32_parameter_grads_over_long_runs_of_one_term(seed):
+    """The backward's lanes add one float32 term per tile, so a program's run of tiles is a lane's chain of
+    additions: 2731 tiles per program at 2^31 elements drifted past the contract (NOTES.md v15). Here dy
+    is one value that makes each addition of dbeta's sums round the same way, over RUN_TILES tiles per
+    program unless the plan caps the run. Padded rows (never folded); x, gamma, alpha fresh positive."""
+    sm_count = launcher.device_facts(device())[1]
+    rows, width = sm_count * RUN_TILES, 16
+    gen = torch.Generator().manual_seed(seed)
+    value = 0.5 + torch.rand(3, generator=gen, dtype=torch.float64)
+    sign = 1.0 if float(torch.rand(1, generator=gen)) < 0.5 else -1.0
+    scale = sign * 2.0 ** int(torch.randint(-3, 4, (1,), generator=gen))
+    inp = Inputs(
+        x=torch.full((rows, 2 * width), float(value[0]), device=device())[:, :width].requires_grad_(),
+        alpha=torch.full((1,), float(value[1]), device=device(), requires_grad=True),
+        gamma=torch.full((width,), float(value[2]), device=device(), requires_grad=True),
+        beta=torch.full((width,), 0.25, device=device(), requires_grad=True),
+        dy=torch.full((rows, width), scale * ROUNDS_DOWN, device=device()),
+    )
+    with launch.overrides(table=ONE_PROGRAM_PER_SM):
+        plan = launcher.backward_plan(inp.x.detach(), inp.dy)
+        assert plan.gamma_period == 0 and plan.BLOCK_M == 1
+        outs = run(inp)
+    dbeta_ref = inp.dy.double().sum(dim=0)  # the sum that rounds the same way at every addition
+    assert_close(
+        "dbeta", outs[4], dbeta_ref, kind="param", storage=torch.float32, rss=dbeta_ref.abs() / rows**0.5
+    )
+    check_against_reference(inp, outs)
+    assert plan.tiles_per_program <= launch.MAX_TILES_PER_PROGRAM < RUN_TILES
 
 
 BAD_DTYPES = [torch.int32, torch.int64, torch.bool, torch.complex64, torch.float64, torch.uint8]
