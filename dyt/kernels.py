@@ -254,31 +254,54 @@ def _bwd_tile(
 
 
 @triton.jit
+def _store_run_partials(PART_DGAMMA, PART_DBETA, PART_DALPHA, acc_dgamma, acc_dbeta, acc_dalpha,
+                        program_row, group_row, N, cols, col_ok, BLOCK_N: tl.constexpr,
+                        GAMMA_PERIOD: tl.constexpr):  # fmt: skip
+    """A run's partials: column sums of dgamma and dbeta at row group_row of (rows, N), or, with folded rows
+    whose column block holds BLOCK_N // GAMMA_PERIOD whole copies of the true width (see
+    dyt.launch.fold_factor), the copies added up here at row program_row of (rows, GAMMA_PERIOD); dalpha's
+    lanes added in float64 (the finish adds the runs' sums without float32 drift) at program_row."""
+    if GAMMA_PERIOD > 0 and BLOCK_N % GAMMA_PERIOD == 0:
+        copies: tl.constexpr = BLOCK_N // GAMMA_PERIOD
+        true_cols = tl.arange(0, GAMMA_PERIOD)
+        dgamma = tl.sum(tl.reshape(tl.sum(acc_dgamma, axis=0), (copies, GAMMA_PERIOD)), axis=0)
+        dbeta = tl.sum(tl.reshape(tl.sum(acc_dbeta, axis=0), (copies, GAMMA_PERIOD)), axis=0)
+        tl.store(PART_DGAMMA + program_row * GAMMA_PERIOD + true_cols, dgamma)
+        tl.store(PART_DBETA + program_row * GAMMA_PERIOD + true_cols, dbeta)
+    else:  # unfolded, or column blocks that tile the folded row (its N // GAMMA_PERIOD copies: finish rows)
+        _store_partial_sums(PART_DGAMMA, PART_DBETA, group_row * N + cols, acc_dgamma, acc_dbeta, col_ok)
+    dalpha = tl.sum(tl.sum(acc_dalpha.to(tl.float64), axis=1), axis=0)
+    tl.store(PART_DALPHA + program_row + tl.arange(0, 1), tl.zeros((1,), dtype=tl.float64) + dalpha)
+
+
+@triton.jit
 def dyt_bwd_kernel(
     X, DY, DX, ALPHA, GAMMA, PART_DGAMMA, PART_DBETA, PART_DALPHA,
     M, N, n_elements, stride_xm, stride_dym, stride_dxm, n_col_blocks, n_groups, tiles_per_program,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, TANH: tl.constexpr,
     APPROX: tl.constexpr, STRIDED: tl.constexpr, NUM_STAGES: tl.constexpr, EVEN_N: tl.constexpr,
-    GAMMA_PERIOD: tl.constexpr, RAGGED: tl.constexpr, PDL: tl.constexpr,
+    GAMMA_PERIOD: tl.constexpr, RAGGED: tl.constexpr, PDL: tl.constexpr, LANE_RUN: tl.constexpr,
 ):  # fmt: skip
     """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
 
     Program p owns column block p % n_col_blocks of row group g = p // n_col_blocks, and tiles_per_program
     row tiles of it: with STRIDED, tiles g, g + n_groups, g + 2 n_groups, ... (all programs stream through
     one region of memory at a time); otherwise the contiguous run from tile g * tiles_per_program. The
-    launch table picks the order per dtype and width (measured: see NOTES.md). Partials go to row g of
-    PART_DGAMMA/PART_DBETA (shape (n_groups, N), float32; with folded rows, GAMMA_PERIOD > 0, whose column
-    blocks hold whole copies of the true width, to row p of (programs, GAMMA_PERIOD)) and to PART_DALPHA[p]
-    (float64); dyt_bwd_finish_kernel adds them up.
+    launch table picks the order per dtype and width (measured: see NOTES.md).
 
-    The tiles wholly inside the tensor come first, unmasked (EVEN_N: N is a multiple of BLOCK_N); then
-    the rest, masked: the last partial tile, and tiles past M (which load and store nothing). The first
-    loop is pipelined by Triton (NUM_STAGES > 1 on the GPU): x and dy of the next NUM_STAGES - 1 tiles are
-    copied to shared memory asynchronously (cp.async) while this tile is computed, so the loads in flight
-    cost shared memory, not registers. All three sums are per-lane float32 accumulators reduced once at
-    the end, so the loops have no cross-thread reduction. A lane adds one term per tile: the plan keeps
-    tiles_per_program at most dyt.launch.MAX_TILES_PER_PROGRAM, where float32's rounding stays inside the
-    parameter gradients' contract (NOTES.md v15).
+    Each lane adds one float32 term per tile, so the tiles go in runs of LANE_RUN (dyt.launch.LANE_RUN_TILES:
+    float32's rounding over longer chains can leave the parameter gradients' contract, NOTES.md v15), each
+    run with fresh sums and its own partials: run r of R = cdiv(tiles_per_program, LANE_RUN) writes row
+    g R + r of PART_DGAMMA/PART_DBETA (shape (n_groups R, N), float32; with folded rows, GAMMA_PERIOD > 0,
+    whose column blocks hold whole copies of the true width, row p R + r of (programs R, GAMMA_PERIOD)) and
+    PART_DALPHA[p R + r] (float64); dyt_bwd_finish_kernel adds them up. Below ~2^27 elements R = 1.
+
+    In a run, the tiles wholly inside the tensor come first, unmasked (EVEN_N: N is a multiple of BLOCK_N);
+    then the rest, masked: the last partial tile, and tiles past M (which load and store nothing). The
+    first loop is pipelined by Triton (NUM_STAGES > 1 on the GPU): x and dy of the next NUM_STAGES - 1 tiles
+    are copied to shared memory asynchronously (cp.async) while this tile is computed, so the loads in
+    flight cost shared memory, not registers. The sums are per-lane accumulators reduced once per run, so
+    the loops have no cross-thread reduction.
 
     With PDL, each program lets the finishing kernel launch once its loops are done: the finish's launch
     then overlaps this kernel's last programs (it waits, griddepcontrol.wait, for the partials). Measured
@@ -293,10 +316,6 @@ def dyt_bwd_kernel(
 
     alpha = tl.load(ALPHA).to(tl.float32)
     gamma = tl.load(GAMMA + _param_index(cols, GAMMA_PERIOD), mask=col_ok, other=0.0).to(tl.float32)
-    acc_dgamma = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_dbeta = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-
     # Rows past this program's tiles are masked like rows past M; n_whole counts its tiles that hold
     # BLOCK_M whole rows below row_end. RAGGED folded rows: the last row ends early.
     m_whole = M
@@ -318,39 +337,31 @@ def dyt_bwd_kernel(
     n_whole = tl.minimum(n_whole, tiles_per_program)
     if not EVEN_N:
         n_whole = 0
-    for i in tl.range(0, n_whole, num_stages=NUM_STAGES):
-        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, n_elements, BLOCK_M, BLOCK_N, INT64,
-                              RAGGED)  # fmt: skip
-        acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
-            X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
-            acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, False,
-        )  # fmt: skip
-    for i in range(n_whole, tiles_per_program):
-        rows, _, mask = _tile(first + i * step, pid_n, row_end, N, n_elements, BLOCK_M, BLOCK_N, INT64,
-                              RAGGED)  # fmt: skip
-        acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
-            X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
-            acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, True,
-        )  # fmt: skip
+    n_runs = tl.cdiv(tiles_per_program, LANE_RUN)
+    for run in range(0, n_runs):
+        start = run * LANE_RUN
+        end = tl.minimum(start + LANE_RUN, tiles_per_program)
+        acc_dgamma = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_dbeta = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for i in tl.range(start, tl.minimum(end, n_whole), num_stages=NUM_STAGES):
+            rows, _, mask = _tile(first + i * step, pid_n, row_end, N, n_elements, BLOCK_M, BLOCK_N, INT64,
+                                  RAGGED)  # fmt: skip
+            acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
+                X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
+                acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, False,
+            )  # fmt: skip
+        for i in range(tl.maximum(start, n_whole), end):
+            rows, _, mask = _tile(first + i * step, pid_n, row_end, N, n_elements, BLOCK_M, BLOCK_N, INT64,
+                                  RAGGED)  # fmt: skip
+            acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
+                X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
+                acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, True,
+            )  # fmt: skip
+        _store_run_partials(PART_DGAMMA, PART_DBETA, PART_DALPHA, acc_dgamma, acc_dbeta, acc_dalpha,
+                            pid * n_runs + run, group * n_runs + run, N, cols, col_ok, BLOCK_N,
+                            GAMMA_PERIOD)  # fmt: skip
     _launch_dependents(PDL)
-
-    if GAMMA_PERIOD > 0:
-        if BLOCK_N % GAMMA_PERIOD == 0:
-            # Folded rows whose column block holds BLOCK_N // GAMMA_PERIOD whole copies of the true width
-            # (see dyt.launch.fold_factor): added up here, they make row pid of (programs, GAMMA_PERIOD).
-            copies: tl.constexpr = BLOCK_N // GAMMA_PERIOD
-            true_cols = tl.arange(0, GAMMA_PERIOD)
-            dgamma = tl.sum(tl.reshape(tl.sum(acc_dgamma, axis=0), (copies, GAMMA_PERIOD)), axis=0)
-            dbeta = tl.sum(tl.reshape(tl.sum(acc_dbeta, axis=0), (copies, GAMMA_PERIOD)), axis=0)
-            tl.store(PART_DGAMMA + pid * GAMMA_PERIOD + true_cols, dgamma)
-            tl.store(PART_DBETA + pid * GAMMA_PERIOD + true_cols, dbeta)
-        else:  # column blocks that tile the folded row: its N // GAMMA_PERIOD copies are finish rows
-            _store_partial_sums(PART_DGAMMA, PART_DBETA, group * N + cols, acc_dgamma, acc_dbeta, col_ok)
-    else:
-        _store_partial_sums(PART_DGAMMA, PART_DBETA, group * N + cols, acc_dgamma, acc_dbeta, col_ok)
-    # One scalar per program, its lanes added in float64: the finish adds programs' sums without drift.
-    dalpha = tl.sum(tl.sum(acc_dalpha.to(tl.float64), axis=1), axis=0)
-    tl.store(PART_DALPHA + pid + tl.arange(0, 1), tl.zeros((1,), dtype=tl.float64) + dalpha)
 
 
 @triton.jit

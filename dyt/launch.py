@@ -29,9 +29,10 @@ FINISH_NUM_WARPS = 8
 # Backward partial sums may cost at most this fraction of the backward's main traffic (x, dy, dx).
 PARTIAL_TRAFFIC_BUDGET = 0.018
 # Each lane of a backward program adds one float32 term per tile. A float32 sum of n terms of one sign is
-# off by at most (n - 1) 2^-24 of itself: 128 tiles keep that below the 1e-5 contract of the parameter
-# gradients (2731 at 2^31 elements did not, NOTES.md v15). Longer runs take more programs, in whole waves.
-MAX_TILES_PER_PROGRAM = 128
+# off by at most (n - 1) 2^-24 of itself: runs of 128 tiles keep that below the parameter gradients' 1e-5
+# (2731 tiles per program at 2^31 elements did not, NOTES.md v15), so a program restarts its sums every
+# LANE_RUN_TILES tiles and writes a partial row per run (one run per program below ~2^27 elements).
+LANE_RUN_TILES = 128
 # Programs the interpreter pretends to have SMs for: small, so CPU runs stay quick.
 INTERPRETER_SM_COUNT = 4
 
@@ -116,10 +117,16 @@ class BwdPlan(TilePlan):
     finish_block_n: int
     finish_grid: tuple[int]
     pdl: bool  # the finish launched by programmatic dependent launch (see supports_pdl)
+    lane_run: int  # tiles per run of a program's float32 sums (LANE_RUN_TILES): one partial row per run
+
+    @property
+    def runs(self) -> int:
+        """Runs of lane_run tiles per program, each with its own partial rows."""
+        return cdiv(self.tiles_per_program, self.lane_run)
 
     @property
     def n_dalpha_partials(self) -> int:
-        return self.grid[0]
+        return self.grid[0] * self.runs
 
     @property
     def copies_in_block(self) -> int:
@@ -130,12 +137,13 @@ class BwdPlan(TilePlan):
 
     @property
     def finish_rows(self) -> int:
-        """Rows of the (finish_rows, param_width) partial buffers: one per row group; with folded rows added
-        up in registers, one per program; with folded rows written as they are, one per row group and copy
-        (a row group's N-wide partial row is N // gamma_period rows of the true width, the same memory)."""
+        """Rows of the (finish_rows, param_width) partial buffers, per run of each program: one per row
+        group; with folded rows added up in registers, one per program; with folded rows written as they
+        are, one per row group and copy (a row group's N-wide partial row is N // gamma_period rows of the
+        true width, the same memory)."""
         if self.copies_in_block:
-            return self.grid[0]
-        return self.n_groups * (self.N // self.gamma_period if self.gamma_period else 1)
+            return self.grid[0] * self.runs
+        return self.n_groups * self.runs * (self.N // self.gamma_period if self.gamma_period else 1)
 
     def partial_bytes(self) -> int:
         """Bytes the partial buffers cost: written once by the main kernel, read once by the finish."""
@@ -277,8 +285,7 @@ def plan_forward(M, N, itemsize, row_strides, *, arch="default", interpreter=Fal
 
 
 def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", interpreter=False) -> BwdPlan:
-    """A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles (at most
-    MAX_TILES_PER_PROGRAM: larger problems get that many programs again, once per wave).
+    """A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles.
 
     Folded rows whose partial rows are copies to add up (768 in rows of 3072) write N // gamma_period
     times more partials per program; where the partial budget then allows fewer programs than the rows
@@ -305,8 +312,7 @@ def _plan_backward_view(M, N, row_strides, period, ragged, itemsize, sm_count, a
     floor_groups = cdiv(sm_count, tile[2])
     wanted = (entry["programs_per_sm"] * sm_count) // tile[2]
     target_groups = max(1, min(wanted, max(budget_groups, floor_groups), n_tiles))
-    waves = cdiv(n_tiles, target_groups * MAX_TILES_PER_PROGRAM)  # 1 below ~2^27 elements
-    tiles_per_program = cdiv(n_tiles, min(target_groups * waves, n_tiles))
+    tiles_per_program = cdiv(n_tiles, target_groups)
     n_groups = cdiv(n_tiles, tiles_per_program)
     finish_g, finish_n = finish_tile(period or N, sm_count)
     return BwdPlan(
@@ -319,6 +325,7 @@ def _plan_backward_view(M, N, row_strides, period, ragged, itemsize, sm_count, a
         finish_block_n=finish_n,
         finish_grid=finish_grid(period or N, finish_n),
         pdl=supports_pdl(arch) and not interpreter,
+        lane_run=LANE_RUN_TILES,
     )
 
 

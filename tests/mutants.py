@@ -108,12 +108,12 @@ MUTANTS: dict[str, Mutant] = {
         ),
         Mutant(
             name="long_lane_runs",
-            bug="a backward program's run of tiles, each lane's chain of float32 additions, left uncapped",
+            bug="a backward program's tiles summed in one run: each lane one chain of float32 additions",
             module="dyt.launch",
             targets=(
                 (
                     "_plan_backward_view",
-                    (("waves = cdiv(n_tiles, target_groups * MAX_TILES_PER_PROGRAM)", "waves = 1", 1),),
+                    (("lane_run=LANE_RUN_TILES,", "lane_run=1 << 30,", 1),),
                 ),
             ),
             suite="tests/test_dtype_contract.py",

@@ -57,7 +57,7 @@ def test_float32_parameter_grads_as_accurate_as_float32(path, x_dtype, seed):
     check_against_reference(inp, outs)  # float32 grads are held to relative L2 <= 1e-5 there
 
 
-# One program per SM over 1 x 16 tiles: RUN_TILES tiles per program unless the plan caps the run.
+# One program per SM over 1 x 16 tiles: RUN_TILES tiles per program.
 RUN_TILES = 1024
 _ONE_PER_SM = {"max_width": None, "BLOCK_M": 1, "BLOCK_N": 16, "num_warps": 1, "programs_per_sm": 1,
                "row_order": "chunked", "num_stages": 2, "sign": "select"}  # fmt: skip
@@ -72,7 +72,8 @@ def test_float32_parameter_grads_over_long_runs_of_one_term(seed):
     """The backward's lanes add one float32 term per tile, so a program's run of tiles is a lane's chain of
     additions: 2731 tiles per program at 2^31 elements drifted past the contract (NOTES.md v15). Here dy
     is one value that makes each addition of dbeta's sums round the same way, over RUN_TILES tiles per
-    program unless the plan caps the run. Padded rows (never folded); x, gamma, alpha fresh positive."""
+    program, unless the program restarts its sums every LANE_RUN_TILES. Padded rows (never folded); x,
+    gamma, alpha fresh positive."""
     sm_count = launcher.device_facts(device())[1]
     rows, width = sm_count * RUN_TILES, 16
     gen = torch.Generator().manual_seed(seed)
@@ -95,7 +96,7 @@ def test_float32_parameter_grads_over_long_runs_of_one_term(seed):
         "dbeta", outs[4], dbeta_ref, kind="param", storage=torch.float32, rss=dbeta_ref.abs() / rows**0.5
     )
     check_against_reference(inp, outs)
-    assert plan.tiles_per_program <= launch.MAX_TILES_PER_PROGRAM < RUN_TILES
+    assert plan.tiles_per_program == RUN_TILES and plan.runs == RUN_TILES // launch.LANE_RUN_TILES
 
 
 BAD_DTYPES = [torch.int32, torch.int64, torch.bool, torch.complex64, torch.float64, torch.uint8]

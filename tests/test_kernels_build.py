@@ -55,7 +55,7 @@ def test_compile_checks_in_a_compiler_process(tmp_path):
 
 
 from dyt import kernels, launch  # noqa: E402
-from dyt.launch import TANH_METHODS  # noqa: E402
+from dyt.launch import LANE_RUN_TILES, TANH_METHODS  # noqa: E402
 
 needs_compiler = pytest.mark.skipif(INTERPRETED, reason="runs in the child process of the test above")
 
@@ -90,7 +90,7 @@ FWD_CONSTEXPRS = {"HAS_BETA": True, "BLOCK_M": 4, "BLOCK_N": 1024, "INT64": Fals
                   "SIGN_SELECT": True}  # fmt: skip
 BWD_CONSTEXPRS = {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": TANH_METHODS["poly_exp"],
                   "APPROX": True, "STRIDED": False, "NUM_STAGES": 3, "EVEN_N": True,
-                  "GAMMA_PERIOD": 0, "RAGGED": False, "PDL": True}  # fmt: skip
+                  "GAMMA_PERIOD": 0, "RAGGED": False, "PDL": True, "LANE_RUN": LANE_RUN_TILES}  # fmt: skip
 # (GAMMA_PERIOD, RAGGED): rows as they are, folded rows (in 1024 and in 3072 columns), and folded rows whose
 # last one ends early.
 FOLDS = [(0, False), (64, False), (768, False), (768, True)]
