@@ -294,7 +294,7 @@ def dyt_bwd_kernel(
     run with fresh sums and its own partials: run r of R = cdiv(tiles_per_program, LANE_RUN) writes row
     g R + r of PART_DGAMMA/PART_DBETA (shape (n_groups R, N), float32; with folded rows, GAMMA_PERIOD > 0,
     whose column blocks hold whole copies of the true width, row p R + r of (programs R, GAMMA_PERIOD)) and
-    PART_DALPHA[p R + r] (float64); dyt_bwd_finish_kernel adds them up. Below ~2^27 elements R = 1.
+    PART_DALPHA[p R + r] (float64); dyt_bwd_finish_kernel adds them up. Mostly R = 1 (see LANE_RUN_TILES).
 
     In a run, the tiles wholly inside the tensor come first, unmasked (EVEN_N: N is a multiple of BLOCK_N);
     then the rest, masked: the last partial tile, and tiles past M (which load and store nothing). The

@@ -28,11 +28,12 @@ FINISH_MAX_BLOCK_N = 256
 FINISH_NUM_WARPS = 8
 # Backward partial sums may cost at most this fraction of the backward's main traffic (x, dy, dx).
 PARTIAL_TRAFFIC_BUDGET = 0.018
-# Each lane of a backward program adds one float32 term per tile. A float32 sum of n terms of one sign is
-# off by at most (n - 1) 2^-24 of itself: runs of 128 tiles keep that below the parameter gradients' 1e-5
-# (2731 tiles per program at 2^31 elements did not, NOTES.md v15), so a program restarts its sums every
-# LANE_RUN_TILES tiles and writes a partial row per run (one run per program below ~2^27 elements).
-LANE_RUN_TILES = 128
+# Each lane of a backward program adds one float32 term per tile. Each addition rounds by at most 2^-24 of
+# the running sum, so n terms of one sign add up to at most (n + 1) / 2 * 2^-24 of the total: runs of 256
+# tiles keep that at 7.7e-6, under the parameter gradients' 1e-5 (2731 tiles per program at 2^31 elements
+# did not, NOTES.md v15). A program restarts its sums every LANE_RUN_TILES tiles and writes a partial row
+# per run: one run per program up to 2^27 elements at the sm90 table's tiles.
+LANE_RUN_TILES = 256
 # Programs the interpreter pretends to have SMs for: small, so CPU runs stay quick.
 INTERPRETER_SM_COUNT = 4
 

@@ -62,8 +62,8 @@ RUN_TILES = 1024
 _ONE_PER_SM = {"max_width": None, "BLOCK_M": 1, "BLOCK_N": 16, "num_warps": 1, "programs_per_sm": 1,
                "row_order": "chunked", "num_stages": 2, "sign": "select"}  # fmt: skip
 ONE_PROGRAM_PER_SM = {mode: {b: [_ONE_PER_SM] for b in ("16bit", "fp32")} for mode in ("fwd", "bwd")}
-# A float32 whose running sum rounds the same way at every addition once past 1024 of them: 1024 additions
-# are 1.53e-5 low (the contract allows 1e-5), 128 are exact (float32 sums emulated in numpy). Scaled by
+# A float32 whose running sum rounds the same way at every addition once past 512 of them: 1024 additions
+# are 1.53e-5 low (the contract allows 1e-5), 256 are exact (float32 sums emulated in numpy). Scaled by
 # powers of two, it keeps that.
 ROUNDS_DOWN = 1.99615478515625
 
