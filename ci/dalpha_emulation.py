@@ -1,8 +1,8 @@
 """The backward's dalpha accumulation emulated in numpy at 131073 x 16384 bf16 (the sm90 plan: 384
-programs x 2048 lanes x 2731 tiles): per-lane float32 sums as the kernel kept them before compensation,
-with Kahan's compensation, and with the rounding error of each addition added up apart (Fast2Sum, what
-the kernel does: an infinite sum cannot turn its error term into NaN inside the sum), each reduced per
-program and across programs in float64, against float64. Dev tool for NOTES.md (no GPU; ~2 minutes).
+programs x 2048 lanes x 2731 tiles): per-lane float32 sums over the whole run as ffab133 kept them (lanes
+added in float32), with Kahan's compensation, with the rounding error of each addition added up apart
+(Fast2Sum, 506b5c6), and in runs of dyt.launch.LANE_RUN_TILES tiles whose lane sums go to float64 (what
+the kernel does since 0950e49), against float64. Dev tool for NOTES.md (no GPU; ~2 minutes).
 
     python ci/dalpha_emulation.py [SEED]
 """
@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 PROGRAMS, LANES, STEPS = 384, 2048, 2731  # 131073 x 16384 elements: 65537 tiles of 2 x 1024 over 24 groups
+RUN = 256  # dyt.launch.LANE_RUN_TILES
 ALPHA = np.float32(0.7)
 
 
@@ -34,8 +35,9 @@ def main(seed: int) -> None:
     total = np.zeros_like(plain)
     lost = np.zeros_like(plain)
     apart, errors = np.zeros_like(plain), np.zeros_like(plain)
+    run, runs_sum = np.zeros_like(plain), 0.0
     exact = squares = 0.0
-    for _ in range(STEPS):
+    for step in range(STEPS):
         x = to_bf16(rng.standard_normal((PROGRAMS, LANES), dtype=np.float32))
         dy = to_bf16(rng.standard_normal((PROGRAMS, LANES), dtype=np.float32))
         sech2 = (np.float32(1) / np.cosh(ALPHA * x)) ** 2
@@ -48,6 +50,10 @@ def main(seed: int) -> None:
         summed = apart + term
         errors += term - (summed - apart)
         apart = summed
+        run += term
+        if (step + 1) % RUN == 0 or step + 1 == STEPS:
+            runs_sum += run.astype(np.float64).sum()
+            run[:] = 0
         exact += term.astype(np.float64).sum()
         squares += np.square(term.astype(np.float64)).sum()
     plain_sum = plain.sum(axis=1, dtype=np.float32).astype(np.float64).sum()
@@ -57,7 +63,8 @@ def main(seed: int) -> None:
     allowed = 8 * 2.0**-23 * rss + 1e-5 * abs(exact)
     print(f"exact {exact:.6f} rss {rss:.1f} allowed {allowed:.4f} (8 float32 ulps of rss + 1e-5 of |sum|)")
     print(f"errors: float32 lanes {plain_sum - exact:+.5f}, Kahan {kahan_sum - exact:+.5f}, "
-          f"Fast2Sum errors apart {apart_sum - exact:+.5f}")  # fmt: skip
+          f"Fast2Sum errors apart {apart_sum - exact:+.5f}, "
+          f"runs of {RUN} {runs_sum - exact:+.5f}")  # fmt: skip
 
 
 if __name__ == "__main__":

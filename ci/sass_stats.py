@@ -49,15 +49,20 @@ def sass_of(cubin: bytes) -> tuple[int, list[tuple[int, str]]]:
 
 
 def loop_body(instructions: list[tuple[int, str]]) -> list[str]:
-    """The instructions of the longest loop (a backward branch to its target): the backward's loop over
-    whole tiles (its loop over the masked tail is shorter)."""
-    body: list[str] = []
+    """The instructions of the backward's pipelined loop over whole tiles: the innermost loop (a backward
+    branch to its target with no other loop inside) that copies tiles to shared memory (LDGSTS, cp.async),
+    else the longest innermost one. The loop over the masked rest is not pipelined, and the loop over
+    runs of tiles (dyt.launch.LANE_RUN_TILES) holds both."""
+    loops = []
     for addr, text in instructions:
         target = re.search(r"BRA\s+0x([0-9a-f]+)", text)
         if target and int(target.group(1), 16) < addr:
-            loop = [t for a, t in instructions if int(target.group(1), 16) <= a <= addr]
-            body = max(body, loop, key=len)
-    return body
+            loops.append((int(target.group(1), 16), addr))
+    innermost = [
+        (lo, hi) for lo, hi in loops if not any(lo <= a < b <= hi and (a, b) != (lo, hi) for a, b in loops)
+    ]
+    bodies = [[t for a, t in instructions if lo <= a <= hi] for lo, hi in innermost]
+    return max(bodies, key=lambda body: (any("LDGSTS" in t for t in body), len(body)), default=[])
 
 
 def opcode(text: str) -> str:
