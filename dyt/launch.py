@@ -43,11 +43,13 @@ INTERPRETER_TANH_METHODS = {"poly_exp"}
 
 @dataclasses.dataclass(frozen=True)
 class Overrides:
-    """Test-only knobs: force int64 offsets on small shapes, pick the tanh method, swap the table."""
+    """Test-only knobs: force int64 offsets on small shapes, pick the tanh method, swap the table, shorten
+    the backward's runs of tiles (so that small shapes cross run boundaries)."""
 
     int64: bool = False
     tanh: str | None = None
     table: dict | None = None
+    lane_run: int | None = None  # tiles per run of the backward's float32 sums (default LANE_RUN_TILES)
     # Fill every output and partial buffer with NaN before each launch, so an unwritten element shows.
     poison: bool = os.environ.get("DYT_POISON_OUTPUTS", "0") == "1"
 
@@ -326,7 +328,7 @@ def _plan_backward_view(M, N, row_strides, period, ragged, itemsize, sm_count, a
         finish_block_n=finish_n,
         finish_grid=finish_grid(period or N, finish_n),
         pdl=supports_pdl(arch) and not interpreter,
-        lane_run=LANE_RUN_TILES,
+        lane_run=_overrides.lane_run or LANE_RUN_TILES,
     )
 
 

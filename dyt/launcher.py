@@ -43,7 +43,7 @@ def _plan(mode, M, N, itemsize, row_strides, device):
     if o.table is not None:
         return _cached_plan.__wrapped__(mode, M, N, itemsize, row_strides, device, None)
     return _cached_plan(
-        mode, M, N, itemsize, row_strides, device, (o.int64, o.tanh, os.environ.get("DYT_TANH"))
+        mode, M, N, itemsize, row_strides, device, (o.int64, o.tanh, o.lane_run, os.environ.get("DYT_TANH"))
     )
 
 

@@ -113,7 +113,7 @@ MUTANTS: dict[str, Mutant] = {
             targets=(
                 (
                     "_plan_backward_view",
-                    (("lane_run=LANE_RUN_TILES,", "lane_run=1 << 30,", 1),),
+                    (("lane_run=_overrides.lane_run or LANE_RUN_TILES,", "lane_run=1 << 30,", 1),),
                 ),
             ),
             suite="tests/test_dtype_contract.py",

@@ -231,13 +231,15 @@ def test_widths_far_from_a_power_of_two_split_into_equal_blocks(width, block_n, 
     assert block_m * got_n == 4 * 1024, "the tile keeps its size"
 
 
+@pytest.mark.parametrize("lane_run", [None, 2], ids=["one_run", "runs_of_2"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 @pytest.mark.parametrize("width", [64, 100], ids=["whole_columns", "padded_columns"])
 @pytest.mark.parametrize("order", ["chunked", "strided"])
-def test_both_row_orders_and_the_masked_tail(order, width, dtype, seed):
+def test_both_row_orders_and_the_masked_tail(order, width, dtype, lane_run, seed):
     """Both orders of the backward's persistent loop, whatever the committed tables choose, with whole
     tiles (the unmasked, pipelined loop), a last tile that is partial, and tiles past M (the masked loop);
-    at 100 columns every tile is masked."""
+    at 100 columns every tile is masked. With runs of 2 tiles (dyt.launch.LANE_RUN_TILES, shortened), the
+    sums restart inside both loops and each run writes its own partials."""
     bwd = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 128 if width > 64 else 64, "num_warps": 4,
            "programs_per_sm": 2, "row_order": order, "num_stages": 3}  # fmt: skip
     fwd = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 128, "num_warps": 4}
@@ -245,10 +247,36 @@ def test_both_row_orders_and_the_masked_tail(order, width, dtype, seed):
     # S SMs: 6S + 3 tiles dealt to S groups of 7 (the last run passes M unless 7 divides 6S + 3; not for
     # S = 4, the interpreter, or 132, an H100/H200); the last tile holds one row.
     rows = 4 * (6 * launcher.device_facts(device())[1] + 2) + 1
-    with launch.overrides(table=table):
+    with launch.overrides(table=table, lane_run=lane_run):
         _, plan = plans_for((rows, width), DTYPES[dtype])
         n_tiles = -(-rows // plan.BLOCK_M)
         assert plan.strided == (order == "strided") and rows % plan.BLOCK_M
         assert plan.grid[0] * plan.tiles_per_program > n_tiles, "no program runs past M"
+        assert plan.runs == (1 if lane_run is None else -(-plan.tiles_per_program // lane_run))
         inp = make_inputs((rows, width), DTYPES[dtype], seed=seed)
         check_against_reference(inp, run(inp), label=f"{order} {width}: ")
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("width", [64, 768], ids=["copies_added_in_registers", "copies_as_rows"])
+def test_runs_of_tiles_on_folded_rows(width, dtype, seed):
+    """Folded rows whose programs restart their sums every 2 tiles (dyt.launch.LANE_RUN_TILES, shortened):
+    each run's partials go to rows of their own, with the copies of the true width added up in registers
+    (64 columns in 1024-wide blocks) or written as rows (768 in 3072-wide rows of 1024-wide blocks); the
+    last folded row ends early."""
+    entry = {"max_width": None, "BLOCK_M": 2, "BLOCK_N": 1024, "num_warps": 4, "programs_per_sm": 1,
+             "row_order": "chunked", "num_stages": 2, "sign": "select"}  # fmt: skip
+    table = {mode: {b: [entry] for b in ("16bit", "fp32")} for mode in ("fwd", "bwd")}
+    sms = launcher.device_facts(device())[1]
+    fold = {64: 16, 768: 4}[width]
+    rows = fold * (14 * sms - 1) + fold // 2  # 14 S folded rows, the last one in half
+    with launch.overrides(table=table, lane_run=2):
+        _, plan = plans_for((rows, width), DTYPES[dtype])
+        assert (plan.gamma_period, plan.ragged, plan.copies_in_block) == (
+            width,
+            True,
+            16 if width == 64 else 0,
+        )
+        assert plan.runs >= 3, plan
+        inp = make_inputs((rows, width), DTYPES[dtype], seed=seed)
+        check_against_reference(inp, run(inp), label=f"{width} folded, {plan.runs} runs: ")
