@@ -350,3 +350,21 @@ def test_entry_skips_bench_and_fills_the_step_summary(entry, tmp_path):
 def test_entry_args_from_workflow_input(entry):
     _, calls = entry(DYT_PYTEST_ARGS="-m grid_limit -x")
     assert calls[0] == "-m dyt.gpu_matrix -m grid_limit -x"
+
+
+def test_cold_start_tool_times_an_empty_and_a_warm_cache(tmp_path):
+    """ci/cold_start.py runs two fresh processes over one Triton cache directory, the first starting
+    empty: on the GPU machine that is the issue's cold-start measurement; here (any machine) its children
+    run on the CPU, through the Triton interpreter."""
+    out = tmp_path / "cold.json"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [sys.executable, str(ROOT / "ci" / "cold_start.py"), "--shape", "40x64", "--dtype", "fp32",
+           "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["shape"] == [40, 64] and result["dtype"] == "fp32"
+    for name in ("empty_cache", "warm_cache"):
+        run = result[name]
+        assert all(run[k] > 0 for k in ("import_s", "forward_s", "backward_s")), run
+        assert f"{name}: import" in proc.stdout
