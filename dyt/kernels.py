@@ -165,13 +165,6 @@ def _param_index(cols, GAMMA_PERIOD: tl.constexpr):
 
 
 @triton.jit
-def _store_partial_sums(PART_DGAMMA, PART_DBETA, offsets, acc_dgamma, acc_dbeta, mask):
-    """Column sums of a program's accumulators, stored at offsets of the partial buffers."""
-    tl.store(PART_DGAMMA + offsets, tl.sum(acc_dgamma, axis=0), mask=mask)
-    tl.store(PART_DBETA + offsets, tl.sum(acc_dbeta, axis=0), mask=mask)
-
-
-@triton.jit
 def _tile(pid_m, pid_n, M, N, n_elements, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr,
           RAGGED: tl.constexpr):  # fmt: skip
     """Row and column indices of tile (pid_m, pid_n) and its mask (rows below M); rows in int64 when INT64.
@@ -269,7 +262,9 @@ def _store_run_partials(PART_DGAMMA, PART_DBETA, PART_DALPHA, acc_dgamma, acc_db
         tl.store(PART_DGAMMA + program_row * GAMMA_PERIOD + true_cols, dgamma)
         tl.store(PART_DBETA + program_row * GAMMA_PERIOD + true_cols, dbeta)
     else:  # unfolded, or column blocks that tile the folded row (its N // GAMMA_PERIOD copies: finish rows)
-        _store_partial_sums(PART_DGAMMA, PART_DBETA, group_row * N + cols, acc_dgamma, acc_dbeta, col_ok)
+        offsets = group_row * N + cols
+        tl.store(PART_DGAMMA + offsets, tl.sum(acc_dgamma, axis=0), mask=col_ok)
+        tl.store(PART_DBETA + offsets, tl.sum(acc_dbeta, axis=0), mask=col_ok)
     dalpha = tl.sum(tl.sum(acc_dalpha.to(tl.float64), axis=1), axis=0)
     tl.store(PART_DALPHA + program_row + tl.arange(0, 1), tl.zeros((1,), dtype=tl.float64) + dalpha)
 

@@ -146,8 +146,8 @@ def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbet
 
 
 def backward_partials(plan: launch.BwdPlan, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The main kernel's partial sums: dgamma and dbeta per row group (float32), dalpha per program
-    (float64)."""
+    """The main kernel's partial sums, per run of each program (plan.finish_rows, plan.n_dalpha_partials):
+    dgamma and dbeta in float32, dalpha in float64."""
     return (
         _new((plan.finish_rows, plan.param_width), torch.float32, device),
         _new((plan.finish_rows, plan.param_width), torch.float32, device),
