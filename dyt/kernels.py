@@ -249,12 +249,12 @@ def _bwd_tile(
 @triton.jit
 def _store_run_partials(PART_DGAMMA, PART_DBETA, PART_DALPHA, acc_dgamma, acc_dbeta, acc_dalpha,
                         program_row, group_row, N, cols, col_ok, BLOCK_N: tl.constexpr,
-                        GAMMA_PERIOD: tl.constexpr):  # fmt: skip
-    """A run's partials: column sums of dgamma and dbeta at row group_row of (rows, N), or, with folded rows
-    whose column block holds BLOCK_N // GAMMA_PERIOD whole copies of the true width (see
-    dyt.launch.fold_factor), the copies added up here at row program_row of (rows, GAMMA_PERIOD); dalpha's
-    lanes added in float64 (the finish adds the runs' sums without float32 drift) at program_row."""
-    if GAMMA_PERIOD > 0 and BLOCK_N % GAMMA_PERIOD == 0:
+                        GAMMA_PERIOD: tl.constexpr, FOLD_COPIES: tl.constexpr):  # fmt: skip
+    """A run's partials: column sums of dgamma and dbeta at row group_row of (rows, N), or, with FOLD_COPIES
+    (folded rows whose column block holds BLOCK_N // GAMMA_PERIOD whole copies of the true width, see
+    dyt.launch.BwdPlan.fold_copies), the copies added up here at row program_row of (rows, GAMMA_PERIOD);
+    dalpha's lanes added in float64 (the finish adds the runs' sums without float32 drift) at program_row."""
+    if FOLD_COPIES:
         copies: tl.constexpr = BLOCK_N // GAMMA_PERIOD
         true_cols = tl.arange(0, GAMMA_PERIOD)
         dgamma = tl.sum(tl.reshape(tl.sum(acc_dgamma, axis=0), (copies, GAMMA_PERIOD)), axis=0)
@@ -276,6 +276,7 @@ def dyt_bwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, TANH: tl.constexpr,
     APPROX: tl.constexpr, STRIDED: tl.constexpr, NUM_STAGES: tl.constexpr, EVEN_N: tl.constexpr,
     GAMMA_PERIOD: tl.constexpr, RAGGED: tl.constexpr, PDL: tl.constexpr, LANE_RUN: tl.constexpr,
+    FOLD_COPIES: tl.constexpr,
 ):  # fmt: skip
     """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
 
@@ -287,8 +288,8 @@ def dyt_bwd_kernel(
     Each lane adds one float32 term per tile, so the tiles go in runs of LANE_RUN (dyt.launch.LANE_RUN_TILES:
     float32's rounding over longer chains can leave the parameter gradients' contract, NOTES.md v15), each
     run with fresh sums and its own partials: run r of R = cdiv(tiles_per_program, LANE_RUN) writes row
-    g R + r of PART_DGAMMA/PART_DBETA (shape (n_groups R, N), float32; with folded rows, GAMMA_PERIOD > 0,
-    whose column blocks hold whole copies of the true width, row p R + r of (programs R, GAMMA_PERIOD)) and
+    g R + r of PART_DGAMMA/PART_DBETA (shape (n_groups R, N), float32; with FOLD_COPIES, folded rows whose
+    column blocks add up their whole copies of the true width, row p R + r of (programs R, GAMMA_PERIOD)) and
     PART_DALPHA[p R + r] (float64); dyt_bwd_finish_kernel adds them up. Mostly R = 1 (see LANE_RUN_TILES).
 
     In a run, the tiles wholly inside the tensor come first, unmasked (EVEN_N: N is a multiple of BLOCK_N);
@@ -355,7 +356,7 @@ def dyt_bwd_kernel(
             )  # fmt: skip
         _store_run_partials(PART_DGAMMA, PART_DBETA, PART_DALPHA, acc_dgamma, acc_dbeta, acc_dalpha,
                             pid * n_runs + run, group * n_runs + run, N, cols, col_ok, BLOCK_N,
-                            GAMMA_PERIOD)  # fmt: skip
+                            GAMMA_PERIOD, FOLD_COPIES)  # fmt: skip
     _launch_dependents(PDL)
 
 

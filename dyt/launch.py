@@ -22,7 +22,7 @@ INT32_LIMIT = 2**31 - 1
 GRID_X_LIMIT = 2**31 - 1
 # The finishing reduction: each program adds the (n_groups, BLOCK_N) partials of its columns, FINISH_TILE
 # of them per step, so that few dependent steps are needed (see finish_tile).
-FINISH_TILE = 8192
+FINISH_TILE = 16384
 FINISH_MIN_BLOCK_N = 16  # 64-byte float32 row segments: two 32-byte sectors, no waste
 FINISH_MAX_BLOCK_N = 256
 FINISH_NUM_WARPS = 8
@@ -121,6 +121,11 @@ class BwdPlan(TilePlan):
     finish_grid: tuple[int]
     pdl: bool  # the finish launched by programmatic dependent launch (see supports_pdl)
     lane_run: int  # tiles per run of a program's float32 sums (LANE_RUN_TILES): one partial row per run
+    # Folded rows whose column blocks hold at most this many whole copies of the true width write them as
+    # partial rows for the finish to add (the table entry's "copies_as_rows", default 0). On the H200,
+    # adding 2 or 4 copies up after the loop made ptxas schedule the bf16 loop itself 3-6% slower, while
+    # the float32 loop was faster with it (NOTES.md v18); with more copies the finish's rows cost more.
+    copies_as_rows: int
 
     @property
     def runs(self) -> int:
@@ -134,9 +139,11 @@ class BwdPlan(TilePlan):
     @property
     def copies_in_block(self) -> int:
         """With folded rows, the copies of the true width each column block holds and adds up itself
-        (0: it writes its BLOCK_N column sums as they are)."""
+        (0: it writes its BLOCK_N column sums as they are, for the finish to add: where the copies are not
+        whole, or at most copies_as_rows of them)."""
         whole = self.gamma_period and self.BLOCK_N % self.gamma_period == 0
-        return self.BLOCK_N // self.gamma_period if whole else 0
+        copies = self.BLOCK_N // self.gamma_period if whole else 0
+        return copies if copies > self.copies_as_rows else 0
 
     @property
     def finish_rows(self) -> int:
@@ -290,13 +297,13 @@ def plan_forward(M, N, itemsize, row_strides, *, arch="default", interpreter=Fal
 def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", interpreter=False) -> BwdPlan:
     """A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles.
 
-    Folded rows whose partial rows are copies to add up (768 in rows of 3072) write N // gamma_period
-    times more partials per program; where the partial budget then allows fewer programs than the rows
-    unfolded get (50432 x 768 bf16: 255 against 396, measured 4% slower, NOTES.md v14), they stay
-    unfolded."""
+    Folded rows whose column blocks do not hold whole copies of the true width (768 in rows of 3072)
+    write N // gamma_period times more partials per program; where the partial budget then allows fewer
+    programs than the rows unfolded get (50432 x 768 bf16: 255 against 396, measured 4% slower, NOTES.md
+    v14), they stay unfolded."""
     folded = _folded(M, N, row_strides, "bwd", itemsize, arch)
     plan = _plan_backward_view(*folded, itemsize, sm_count, arch, interpreter)
-    if plan.gamma_period and not plan.copies_in_block:
+    if plan.gamma_period and plan.BLOCK_N % plan.gamma_period:
         unfolded = _plan_backward_view(M, N, row_strides, 0, False, itemsize, sm_count, arch, interpreter)
         if unfolded.grid[0] > plan.grid[0]:
             return unfolded
@@ -329,6 +336,7 @@ def _plan_backward_view(M, N, row_strides, period, ragged, itemsize, sm_count, a
         finish_grid=finish_grid(period or N, finish_n),
         pdl=supports_pdl(arch) and not interpreter,
         lane_run=_overrides.lane_run or LANE_RUN_TILES,
+        copies_as_rows=entry.get("copies_as_rows", 0),
     )
 
 

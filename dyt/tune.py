@@ -17,19 +17,22 @@ from dyt import launch
 WIDTH_BUCKETS = [64, 128, 256, 512, 768, 1024, 2048, 4096, 8192, None]
 BUCKET_DTYPES = {"16bit": "bfloat16", "fp32": "float32"}
 # (elements per tile, num_warps). The backward keeps three float32 accumulators per element in registers
-# (its loads in flight sit in shared memory, see NUM_STAGES), so it stays at 8-16 elements per thread.
+# (its loads in flight sit in shared memory, see NUM_STAGES), so it stays at 8-32 elements per thread.
 TILES = {
     "fwd": [(1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8)],
-    "bwd": [(1024, 4), (2048, 4), (4096, 8)],
+    "bwd": [(1024, 4), (2048, 4), (4096, 4), (4096, 8)],
 }
 # Column blocks tried for rows wider than WIDE_FROM. The backward also tries 512: under the partial-traffic
 # budget its programs number (row groups) x (column blocks), so narrower blocks allow more of them.
 WIDE_BLOCK_N = {"fwd": [1024, 2048, 4096], "bwd": [512, 1024, 2048]}
 WIDE_FROM = {"fwd": 4096, "bwd": 2048}
-PROGRAMS_PER_SM = [3, 4, 6, 8]
+PROGRAMS_PER_SM = [2, 3, 4, 6, 8]  # 2: 4x1024 backward tiles (255 registers), NOTES.md v18
 NUM_STAGES = [3, 4]  # the backward loop's pipelining depth (dyt.kernels.dyt_bwd_kernel)
 SIGNS = ["select", "bitwise"]  # how the forward's tanh takes its sign (dyt.kernels._tanh)
 ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.kernels.dyt_bwd_kernel
+# Fields a bucket keeps from its current entry: "copies_as_rows" matters only where the entry serves
+# folded narrower widths (dyt.launch.BwdPlan), which timing the bucket's own width does not see.
+HAND_SET = ("copies_as_rows",)
 
 
 def candidates(mode: str, width: int) -> list[dict]:
@@ -109,7 +112,9 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
                 moved = (2 if mode == "fwd" else 3) * x.numel() * x.element_size()
                 gbps = moved / ms / 1e6
                 print(f"{mode} {bucket} width<={max_width}: {ms * 1e3:.1f} us {gbps:.0f} GB/s {best}")
-                entries.append({**best, "max_width": max_width, "median_us": round(ms * 1e3, 2)})
+                current = launch.table_entry(table, mode, 2 if bucket == "16bit" else 4, width)
+                kept = {k: current[k] for k in HAND_SET if k in current and current["max_width"] == max_width}
+                entries.append({**best, **kept, "max_width": max_width, "median_us": round(ms * 1e3, 2)})
                 del x, dy
             table[mode][bucket] = entries
     out.write_text(json.dumps(table, indent=1) + "\n")

@@ -106,8 +106,22 @@ def test_the_finishing_reduction_spreads_over_the_sms(width, itemsize):
     _, bwd = _plans(2**26 // width, width, itemsize)
     assert bwd.finish_grid[0] >= min(132 // 2, -(-width // launch.FINISH_MIN_BLOCK_N)), bwd
     assert bwd.finish_block_g * bwd.finish_block_n == launch.FINISH_TILE
-    steps = -(-bwd.n_groups // bwd.finish_block_g)
-    assert steps <= 2, f"{bwd.n_groups} groups in steps of {bwd.finish_block_g}"
+    steps = -(-bwd.finish_rows // bwd.finish_block_g)
+    assert steps <= 2, f"{bwd.finish_rows} partial rows in steps of {bwd.finish_block_g}"
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+def test_folded_copies_are_added_in_registers_only_where_many(itemsize):
+    """At the bandwidth shapes, 64 and 128 columns folded into 1024-wide blocks add up their 16 and 8
+    copies in the main kernel; in 16 bits 256 and 512 (4 and 2 copies) write them as partial rows, as
+    many rows per program as copies (the sm90 table's copies_as_rows: adding them after the loop slowed
+    the bf16 loop, not the float32 one, NOTES.md v18)."""
+    as_rows = itemsize == 2
+    for width, copies in ((64, 16), (128, 8), (256, 0 if as_rows else 4), (512, 0 if as_rows else 2)):
+        _, bwd = _plans(2**26 // width, width, itemsize)
+        assert (bwd.gamma_period, bwd.BLOCK_N, bwd.copies_in_block) == (width, 1024, copies), bwd
+        per_program = 1 if copies else 1024 // width
+        assert bwd.finish_rows == bwd.grid[0] * bwd.runs * per_program, bwd
 
 
 @pytest.mark.parametrize(("rows", "width"), [(2048, 4096), (4096, 256), (4096, 64), (6304, 768)])
@@ -116,7 +130,7 @@ def test_small_problems_still_fill_the_gpu(rows, width):
     bf16 on an H200's 132 SMs); they keep at least one program per SM where they have the tiles."""
     for itemsize in (2, 4):
         bwd = launch.plan_backward(rows, width, itemsize, (width,) * 3, sm_count=132, arch="sm90")
-        n_tiles = -(-rows // bwd.BLOCK_M) * bwd.n_col_blocks
+        n_tiles = -(-bwd.M // bwd.BLOCK_M) * bwd.n_col_blocks  # tiles of the view (folded rows: fewer)
         assert bwd.grid[0] >= min(128, n_tiles), f"{rows}x{width} x{itemsize} B: {bwd.grid[0]} programs"
 
 
@@ -249,17 +263,20 @@ def test_both_row_orders_and_the_masked_tail(order, width, dtype, lane_run, seed
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-@pytest.mark.parametrize("width", [64, 768], ids=["copies_added_in_registers", "copies_as_rows"])
+@pytest.mark.parametrize(
+    "width", [64, 256, 768], ids=["copies_added_in_registers", "whole_copies_as_rows", "copies_as_rows"]
+)
 def test_runs_of_tiles_on_folded_rows(width, dtype, seed):
     """Folded rows whose programs restart their sums every 2 tiles (dyt.launch.LANE_RUN_TILES, shortened):
     each run's partials go to rows of their own, with the copies of the true width added up in registers
-    (64 columns in 1024-wide blocks) or written as rows (768 in 3072-wide rows of 1024-wide blocks); the
-    last folded row ends early."""
+    (64 columns in 1024-wide blocks) or written as rows (256 in 1024-wide blocks: a few whole copies, see
+    the entry's copies_as_rows; 768 in 3072-wide rows of 1024-wide blocks); the last folded row ends
+    early."""
     entry = {"max_width": None, "BLOCK_M": 2, "BLOCK_N": 1024, "num_warps": 4, "programs_per_sm": 1,
-             "row_order": "chunked", "num_stages": 2, "sign": "select"}  # fmt: skip
+             "row_order": "chunked", "num_stages": 2, "sign": "select", "copies_as_rows": 4}  # fmt: skip
     table = {mode: {b: [entry] for b in ("16bit", "fp32")} for mode in ("fwd", "bwd")}
     sms = launcher.device_facts(device())[1]
-    fold = {64: 16, 768: 4}[width]
+    fold = {64: 16, 256: 4, 768: 4}[width]
     rows = fold * (14 * sms - 1) + fold // 2  # 14 S folded rows, the last one in half
     with launch.overrides(table=table, lane_run=2):
         _, plan = plans_for((rows, width), DTYPES[dtype])

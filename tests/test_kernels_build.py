@@ -90,7 +90,8 @@ FWD_CONSTEXPRS = {"HAS_BETA": True, "BLOCK_M": 4, "BLOCK_N": 1024, "INT64": Fals
                   "SIGN_SELECT": True}  # fmt: skip
 BWD_CONSTEXPRS = {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": TANH_METHODS["poly_exp"],
                   "APPROX": True, "STRIDED": False, "NUM_STAGES": 3, "EVEN_N": True,
-                  "GAMMA_PERIOD": 0, "RAGGED": False, "PDL": True, "LANE_RUN": LANE_RUN_TILES}  # fmt: skip
+                  "GAMMA_PERIOD": 0, "RAGGED": False, "PDL": True, "LANE_RUN": LANE_RUN_TILES,
+                  "FOLD_COPIES": False}  # fmt: skip
 # (GAMMA_PERIOD, RAGGED): rows as they are, folded rows (in 1024 and in 3072 columns), and folded rows whose
 # last one ends early.
 FOLDS = [(0, False), (64, False), (768, False), (768, True)]
@@ -155,8 +156,9 @@ def test_backward_and_finish_compile(dt, block_m, block_n, strided, stages, peri
     """16-byte accesses: plain ld.global.v4 for the masked tiles (and for all without pipelining),
     16-byte cp.async copies into shared memory for the whole tiles with pipelining (the launch tables ask
     for NUM_STAGES >= 3 on Hopper); 16-byte dx stores."""
+    fold_copies = period > 0 and block_n % period == 0
     c = compile_backward(dt, BLOCK_M=block_m, BLOCK_N=block_n, STRIDED=strided, NUM_STAGES=stages,
-                         GAMMA_PERIOD=period, RAGGED=ragged)  # fmt: skip
+                         GAMMA_PERIOD=period, RAGGED=ragged, FOLD_COPIES=fold_copies)  # fmt: skip
     ptx = c.asm["ptx"]
     assert not ATOMIC.search(ptx), "reductions must not use atomics (determinism)"
     assert "div.full" not in ptx and "ex2.approx.ftz" in ptx
