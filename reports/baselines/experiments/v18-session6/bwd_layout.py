@@ -25,6 +25,18 @@ class RowsPlan(launch.BwdPlan):
     copies_in_block = property(lambda self: 0)
 
 
+def with_block_entries(table, cfg):
+    """A copy of the launch table whose 16-bit backward entries with 1024-column blocks take cfg:
+    (BLOCK_M, num_warps, num_stages, programs_per_sm, row_order)."""
+    table = copy.deepcopy(table)
+    for entry in table["bwd"]["16bit"]:
+        if entry["BLOCK_N"] == 1024:
+            entry.update(
+                zip(("BLOCK_M", "num_warps", "num_stages", "programs_per_sm", "row_order"), cfg, strict=True)
+            )
+    return table
+
+
 def as_rows(plan):
     fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan) if f.name != "launches"}
     return RowsPlan(**fields)
@@ -37,16 +49,7 @@ def main():
     alpha = torch.full((1,), 0.5, device="cuda", dtype=torch.bfloat16)
     runs = {}
     for cfg in CONFIGS:
-        t = copy.deepcopy(table)
-        for e in t["bwd"]["16bit"]:
-            if e["BLOCK_N"] == 1024:
-                e.update(
-                    BLOCK_M=cfg[0],
-                    num_warps=cfg[1],
-                    num_stages=cfg[2],
-                    programs_per_sm=cfg[3],
-                    row_order=cfg[4],
-                )
+        t = with_block_entries(table, cfg)
         for w in (64, 128, 256, 512, 1024):
             xv, dyv, dxv = (v.view(N_EL // w, w) for v in (x, dy, dx))
             gamma = torch.randn(w, device="cuda", dtype=torch.bfloat16)

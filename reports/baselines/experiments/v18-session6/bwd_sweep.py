@@ -9,14 +9,15 @@ Both ran at fe91593's code (folded copies added in registers at every width); fr
 entry's copies_as_rows (4) also applies to 256 and 512, so the same command now times that layout there.
 """
 
-import copy
 import json
 import os
 import statistics
 import sys
 
 sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch
+from bwd_layout import with_block_entries
 
 from dyt import launch, launcher
 from dyt.bench import replay_median_ms
@@ -56,16 +57,7 @@ def main(call1: bool):
     dg, db, da = (torch.empty(n, device="cuda", dtype=torch.bfloat16) for n in (16384, 16384, 1))
     plans = {}
     for cfg in configs:
-        t = copy.deepcopy(table)
-        for e in t["bwd"]["16bit"]:
-            if e["BLOCK_N"] == 1024:
-                e.update(
-                    BLOCK_M=cfg[0],
-                    num_warps=cfg[1],
-                    num_stages=cfg[2],
-                    programs_per_sm=cfg[3],
-                    row_order=cfg[4],
-                )
+        t = with_block_entries(table, cfg)
         for w in widths:
             xv, dyv, dxv = (v[: N_EL // w * w].view(N_EL // w, w) for v in (x, dy, dx))
             gamma = torch.randn(w, device="cuda", dtype=torch.bfloat16)

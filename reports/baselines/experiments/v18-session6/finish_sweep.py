@@ -5,7 +5,6 @@ varied (the plan's tile then was FINISH_TILE 8192 elements; 14b6be2 made it 1638
     python reports/baselines/experiments/v18-session6/finish_sweep.py  # finish_sweep.log
 """
 
-import copy
 import json
 import os
 import sys
@@ -13,7 +12,7 @@ import sys
 sys.path.insert(0, os.getcwd())
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch
-from bwd_layout import as_rows
+from bwd_layout import as_rows, with_block_entries
 
 from dyt import launch, launcher
 from dyt.bench import replay_median_ms
@@ -34,10 +33,7 @@ TILES = [
 
 
 def main():
-    t = copy.deepcopy(launch.load_table("sm90"))
-    for e in t["bwd"]["16bit"]:
-        if e["BLOCK_N"] == 1024:
-            e.update(BLOCK_M=4, num_warps=4, num_stages=3, programs_per_sm=2, row_order="strided")
+    t = with_block_entries(launch.load_table("sm90"), (4, 4, 3, 2, "strided"))
     x = torch.randn(N_EL, device="cuda", dtype=torch.bfloat16)
     dy, dx = torch.randn_like(x), torch.empty_like(x)
     alpha = torch.full((1,), 0.5, device="cuda", dtype=torch.bfloat16)

@@ -13,7 +13,6 @@ ceiling is 4246 GB/s; 'vs_copy' is the ratio to the same-size copy.)
 """
 
 import os
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -23,6 +22,7 @@ import torch  # noqa: E402
 from fwd_kernels import fwd_even, fwd_prefetch  # noqa: E402
 
 from dyt import kernels, launcher  # noqa: E402
+from dyt.bench import replay_median_ms  # noqa: E402
 
 N_EL = 1 << 26
 REPO_TILES = {
@@ -33,27 +33,8 @@ WIDTHS = {"kernels": (1024, 4096), "tiles": (1024, 4096, 16384)}
 
 
 def graph_us(fn, reps=20, replays=15):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / reps)
-    return statistics.median(times)
+    """Median device time per call of fn, in us (CUDA-graph replays; the run used a local copy of this)."""
+    return 1e3 * replay_median_ms(fn, reps=reps, replays=replays)
 
 
 def variants(which, x, alpha, gamma, beta, sm_count):
