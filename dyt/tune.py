@@ -54,6 +54,12 @@ def candidates(mode: str, width: int) -> list[dict]:
     return out
 
 
+def tuned_entry(best: dict, current: dict, max_width: int | None, ms: float) -> dict:
+    """The bucket's new entry: the fastest candidate, with the HAND_SET fields of the entry it replaces."""
+    kept = {k: current[k] for k in HAND_SET if k in current and current["max_width"] == max_width}
+    return {**best, **kept, "max_width": max_width, "median_us": round(ms * 1e3, 2)}
+
+
 def _time(mode, entry, bucket, x, dy, alpha, gamma, beta):
     from dyt import launcher
     from dyt.bench import replay_median_ms
@@ -113,8 +119,7 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
                 gbps = moved / ms / 1e6
                 print(f"{mode} {bucket} width<={max_width}: {ms * 1e3:.1f} us {gbps:.0f} GB/s {best}")
                 current = launch.table_entry(table, mode, 2 if bucket == "16bit" else 4, width)
-                kept = {k: current[k] for k in HAND_SET if k in current and current["max_width"] == max_width}
-                entries.append({**best, **kept, "max_width": max_width, "median_us": round(ms * 1e3, 2)})
+                entries.append(tuned_entry(best, current, max_width, ms))
                 del x, dy
             table[mode][bucket] = entries
     out.write_text(json.dumps(table, indent=1) + "\n")

@@ -31,3 +31,16 @@ def test_the_backward_tries_column_blocks_from_2048():
     block_ns = {c["BLOCK_N"] for c in tune.candidates("bwd", 2048)}
     assert {512, 1024} <= block_ns
     assert {c["BLOCK_N"] for c in tune.candidates("bwd", 1024)} == {1024}
+
+
+def test_a_retune_keeps_the_hand_set_fields_of_the_entry_it_replaces():
+    """copies_as_rows matters only where a bucket's entry serves folded narrower widths, which timing the
+    bucket's own width cannot see: the sm90 16-bit backward's 1024 entry keeps it, other buckets get none."""
+    table = launch.load_table("sm90")
+    best = tune.candidates("bwd", 1024)[0]
+    current = launch.table_entry(table, "bwd", 2, 1024)
+    assert current["copies_as_rows"] == 4
+    entry = tune.tuned_entry(best, current, 1024, 0.1)
+    assert entry == {**best, "copies_as_rows": 4, "max_width": 1024, "median_us": 100.0}
+    wider = tune.tuned_entry(best, launch.table_entry(table, "bwd", 2, 2048), 2048, 0.1)
+    assert "copies_as_rows" not in wider
