@@ -25,7 +25,7 @@ TILES = {
 # Column blocks tried for rows wider than WIDE_FROM. The backward also tries 512: under the partial-traffic
 # budget its programs number (row groups) x (column blocks), so narrower blocks allow more of them.
 WIDE_BLOCK_N = {"fwd": [1024, 2048, 4096], "bwd": [512, 1024, 2048]}
-WIDE_FROM = {"fwd": 4096, "bwd": 2048}
+WIDE_FROM = {"fwd": 2048, "bwd": 2048}  # fwd from 2048: 1x1024x4 beat 2x2048x8 in fp32 (NOTES.md v18)
 PROGRAMS_PER_SM = [2, 3, 4, 6, 8]  # 2: 4x1024 backward tiles (255 registers), NOTES.md v18
 NUM_STAGES = [3, 4]  # the backward loop's pipelining depth (dyt.kernels.dyt_bwd_kernel)
 SIGNS = ["select", "bitwise"]  # how the forward's tanh takes its sign (dyt.kernels._tanh)

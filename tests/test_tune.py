@@ -44,3 +44,19 @@ def test_a_retune_keeps_the_hand_set_fields_of_the_entry_it_replaces():
     assert entry == {**best, "copies_as_rows": 4, "max_width": 1024, "median_us": 100.0}
     wider = tune.tuned_entry(best, launch.table_entry(table, "bwd", 2, 2048), 2048, 0.1)
     assert "copies_as_rows" not in wider
+
+
+def test_every_committed_entry_is_one_the_tuner_tries():
+    """The sm90 table is data the tuner can write again: each entry (hand-set fields aside) is among its
+    width bucket's candidates, so a retune can keep it (a hand-made choice widens the search first). The
+    default table is hand-written for GPUs nobody tuned, in fewer fields."""
+    arch = "sm90"
+    table = launch.load_table(arch)
+    for mode in ("fwd", "bwd"):
+        for bucket, entries in table[mode].items():
+            for entry in entries:
+                not_knobs = ("max_width", "median_us", *tune.HAND_SET)
+                knobs = {k: v for k, v in entry.items() if k not in not_knobs}
+                tried = [{k: v for k, v in c.items() if k not in not_knobs}
+                         for c in tune.candidates(mode, entry["max_width"] or 16384)]  # fmt: skip
+                assert knobs in tried, f"{arch} {mode} {bucket} width<={entry['max_width']}: {knobs}"
