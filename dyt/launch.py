@@ -261,8 +261,9 @@ def tanh_method(interpreter: bool) -> int:
 
 def _folded(M, N, row_strides, mode, itemsize, arch) -> tuple[int, int, tuple[int, ...], int, bool]:
     """(M, N, row_strides, gamma_period, ragged) of the view the kernels see (see fold_factor): folded
-    where the wide rows' column blocks either each hold whole copies of the true width (the backward then
-    adds them up in registers) or tile the wide row exactly (its partial rows are then copies to add up).
+    where the wide rows' column blocks either each hold whole copies of the true width (the backward adds
+    them up in registers or writes them as rows, see BwdPlan.copies_in_block) or tile the wide row exactly
+    (its partial rows are then copies to add up).
     ragged: the element count is not a multiple of the wide rows' width (87381 x 768 in rows of 3072).
     The forward folds power-of-two widths only: 768 in rows of 3072 measured 0.878 of the copy ceiling
     in bf16 against 0.892 in 256-column blocks (NOTES.md v14); the backward gains there (0.876 -> 0.909)."""

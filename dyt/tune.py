@@ -36,7 +36,8 @@ HAND_SET = ("copies_as_rows",)
 
 
 def candidates(mode: str, width: int) -> list[dict]:
-    block_ns = [launch.next_pow2(width)] if width < WIDE_FROM[mode] else WIDE_BLOCK_N[mode]
+    widest = launch.next_pow2(width)  # a wider block would shrink to this one: the same candidate again
+    block_ns = [widest] if width < WIDE_FROM[mode] else [b for b in WIDE_BLOCK_N[mode] if b <= widest]
     out = []
     for block_n in block_ns:
         for tile, warps in TILES[mode]:
@@ -98,13 +99,11 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
             for max_width in WIDTH_BUCKETS:
                 width = max_width or 16384
                 rows = 2**26 // width
+                current = launch.table_entry(table, mode, 2 if bucket == "16bit" else 4, width)
                 skipped = widths is not None and width not in widths
                 if skipped or time.time() - start > budget_s:
                     print(f"{mode} {bucket} width<={max_width} keeps its current entry")
-                    entries.append(
-                        launch.table_entry(table, mode, 2 if bucket == "16bit" else 4, width)
-                        | {"max_width": max_width}
-                    )
+                    entries.append(current | {"max_width": max_width})
                     continue
                 x = torch.randn(rows, width, device="cuda", dtype=dtype)
                 dy = torch.randn_like(x)
@@ -118,7 +117,6 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
                 moved = (2 if mode == "fwd" else 3) * x.numel() * x.element_size()
                 gbps = moved / ms / 1e6
                 print(f"{mode} {bucket} width<={max_width}: {ms * 1e3:.1f} us {gbps:.0f} GB/s {best}")
-                current = launch.table_entry(table, mode, 2 if bucket == "16bit" else 4, width)
                 entries.append(tuned_entry(best, current, max_width, ms))
                 del x, dy
             table[mode][bucket] = entries

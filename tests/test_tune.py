@@ -60,3 +60,12 @@ def test_every_committed_entry_is_one_the_tuner_tries():
                 tried = [{k: v for k, v in c.items() if k not in not_knobs}
                          for c in tune.candidates(mode, entry["max_width"] or 16384)]  # fmt: skip
                 assert knobs in tried, f"{arch} {mode} {bucket} width<={entry['max_width']}: {knobs}"
+
+
+@pytest.mark.parametrize("mode", ["fwd", "bwd"])
+@pytest.mark.parametrize("width", [w or 16384 for w in tune.WIDTH_BUCKETS])
+def test_no_candidate_is_timed_twice(mode, width):
+    """A block wider than the row shrinks to the row's width, so it would repeat a narrower candidate."""
+    shapes = [(launch.tile_shape(c, width), c.get("sign"), c.get("programs_per_sm"), c.get("row_order"),
+               c.get("num_stages"), c["num_warps"]) for c in tune.candidates(mode, width)]  # fmt: skip
+    assert len(shapes) == len(set(shapes))
