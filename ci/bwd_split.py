@@ -11,7 +11,6 @@ programmatic dependent launch (the plan's choice on sm_90) and without, and the 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import pathlib
 import sys
@@ -58,8 +57,8 @@ def split(width: int, dtype_name: str) -> dict:
         "finish_tile": [plan.finish_block_g, plan.finish_block_n],
         "main_us": us(main),
         "finish_us": us(lambda: launcher.launch_backward_finish(plan, partials, dgamma, dbeta, dalpha)),
-        "main_finish_pdl_us": us(both(dataclasses.replace(plan, pdl=True))),
-        "main_finish_no_pdl_us": us(both(dataclasses.replace(plan, pdl=False))),
+        "main_finish_pdl_us": us(both(plan.replaced(pdl=True))),
+        "main_finish_no_pdl_us": us(both(plan.replaced(pdl=False))),
         "backward_us": us(lambda: launcher.backward(dy, x, alpha, gamma, dtype, dtype, dtype, dtype)),
     }
 

@@ -192,10 +192,17 @@ def dyt_fwd_kernel(
     M, N, n_elements, stride_xm, stride_ym, n_col_blocks,
     HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr, GAMMA_PERIOD: tl.constexpr,
-    RAGGED: tl.constexpr, SIGN_SELECT: tl.constexpr,
+    RAGGED: tl.constexpr, SIGN_SELECT: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """y = gamma * tanh(alpha * x) + beta for one BLOCK_M x BLOCK_N tile per program. With RAGGED folded
-    rows the tensors hold n_elements, the last of the M rows in part."""
+    rows the tensors hold n_elements, the last of the M rows in part.
+
+    With PDL, a program waits for the kernel before it on the stream first, then at once lets the next
+    kernel launch: back-to-back kernels overlap their launch and first programs with this one's last
+    programs (graph replays of 2^26 bf16 elements: 0.9-1.7 us of ~68, NOTES.md v19).
+    """
+    _wait_for_primary(PDL)
+    _launch_dependents(PDL)
     pid = tl.program_id(0)
     pid_m = pid // n_col_blocks
     pid_n = pid % n_col_blocks
@@ -299,11 +306,11 @@ def dyt_bwd_kernel(
     flight cost shared memory, not registers. The sums are per-lane accumulators reduced once per run, so
     the loops have no cross-thread reduction.
 
-    With PDL, each program lets the finishing kernel launch once its loops are done: the finish's launch
-    then overlaps this kernel's last programs (it waits, griddepcontrol.wait, for the partials). Measured
-    (NOTES.md v14), this saves 0.1-0.9 us, within run-to-run noise; allowed from the kernel's start it
-    saved no more.
+    With PDL, a program waits for the kernel before it on the stream first, and lets the finishing kernel
+    launch once its loops are done: the finish's launch then overlaps this kernel's last programs (it
+    waits, griddepcontrol.wait, for the partials).
     """
+    _wait_for_primary(PDL)
     pid = tl.program_id(0)
     pid_n = pid % n_col_blocks
     group = pid // n_col_blocks
@@ -370,9 +377,11 @@ def dyt_bwd_finish_kernel(
 
     Programs 0 .. cdiv(N, BLOCK_N) - 1 each own a column block of dgamma and dbeta; the last program adds
     up dalpha alone, at the same time (this kernel's time is a few dependent memory round trips). With
-    PDL it is launched while the main kernel still runs, and waits here for the partials.
+    PDL it is launched while the main kernel still runs, waits here for the partials, and then lets the
+    next kernel on the stream launch.
     """
     _wait_for_primary(PDL)
+    _launch_dependents(PDL)
     pid = tl.program_id(0)
     if pid == tl.num_programs(0) - 1:
         acc_dalpha = tl.zeros((BLOCK_G * BLOCK_N,), dtype=tl.float64)

@@ -89,12 +89,20 @@ class TilePlan:
     tanh: int
     gamma_period: int  # 0, or the true width when rows were folded (M, N are then the folded view's)
     ragged: bool  # folded rows of which the last ends early (its columns masked by the element count)
+    # Programmatic dependent launch (see supports_pdl): every kernel is launched so that it may start while
+    # the kernel before it on the stream ends, and waits for that kernel before its first memory access.
+    pdl: bool
     # The kernels compiled for this plan, filled by dyt.direct_launch; not part of what the plan is.
     launches: dict = dataclasses.field(default_factory=dict, compare=False, repr=False, kw_only=True)
 
     @property
     def path(self) -> str:
         return path_name(self.n_col_blocks)
+
+    def replaced(self, **changes):
+        """This plan with some fields changed and a launch cache of its own (dataclasses.replace would
+        share `launches`, so a kernel compiled for one plan's constants would run for the other's)."""
+        return dataclasses.replace(self, launches={}, **changes)
 
     @property
     def param_width(self) -> int:
@@ -120,7 +128,6 @@ class BwdPlan(TilePlan):
     finish_block_g: int
     finish_block_n: int
     finish_grid: tuple[int]
-    pdl: bool  # the finish launched by programmatic dependent launch (see supports_pdl)
     lane_run: int  # tiles per run of a program's float32 sums (LANE_RUN_TILES): one partial row per run
     # Folded rows whose column blocks hold at most this many whole copies of the true width write them as
     # partial rows for the finish to add (the table entry's "copies_as_rows", default 0). On the H200,
@@ -276,7 +283,9 @@ def _folded(M, N, row_strides, mode, itemsize, arch) -> tuple[int, int, tuple[in
     return M, N, row_strides, 0, False
 
 
-def _tile_fields(entry, M, N, row_strides, interpreter, tile, n_row_programs, gamma_period, ragged) -> dict:
+def _tile_fields(
+    entry, M, N, row_strides, arch, interpreter, tile, n_row_programs, gamma_period, ragged
+) -> dict:
     """The TilePlan fields both plans share, with the grid checked against CUDA's axis-0 limit."""
     block_m, block_n, n_col_blocks = tile
     n_programs = n_row_programs * n_col_blocks
@@ -284,7 +293,8 @@ def _tile_fields(entry, M, N, row_strides, interpreter, tile, n_row_programs, ga
         raise ValueError(f"{M} x {N} needs {n_programs} programs, over the grid limit {GRID_X_LIMIT}")
     return dict(M=M, N=N, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=entry["num_warps"],
                 n_col_blocks=n_col_blocks, grid=(n_programs,), int64=needs_int64(M, N, row_strides, block_m),
-                tanh=tanh_method(interpreter), gamma_period=gamma_period, ragged=ragged)  # fmt: skip
+                tanh=tanh_method(interpreter), gamma_period=gamma_period, ragged=ragged,
+                pdl=supports_pdl(arch) and not interpreter)  # fmt: skip
 
 
 def plan_forward(M, N, itemsize, row_strides, *, arch="default", interpreter=False) -> FwdPlan:
@@ -292,7 +302,7 @@ def plan_forward(M, N, itemsize, row_strides, *, arch="default", interpreter=Fal
     M, N, row_strides, period, ragged = _folded(M, N, row_strides, "fwd", itemsize, arch)
     entry = table_entry(_table(arch), "fwd", itemsize, N)
     tile = tile_shape(entry, N)
-    fields = _tile_fields(entry, M, N, row_strides, interpreter, tile, cdiv(M, tile[0]), period, ragged)
+    fields = _tile_fields(entry, M, N, row_strides, arch, interpreter, tile, cdiv(M, tile[0]), period, ragged)
     return FwdPlan(**fields, sign_select=entry.get("sign", "select") == "select")
 
 
@@ -328,7 +338,7 @@ def _plan_backward_view(M, N, row_strides, period, ragged, itemsize, sm_count, a
     n_groups = cdiv(n_tiles, tiles_per_program)
     finish_g, finish_n = finish_tile(period or N, sm_count)
     return BwdPlan(
-        **_tile_fields(entry, M, N, row_strides, interpreter, tile, n_groups, period, ragged),
+        **_tile_fields(entry, M, N, row_strides, arch, interpreter, tile, n_groups, period, ragged),
         n_groups=n_groups,
         tiles_per_program=tiles_per_program,
         strided=entry.get("row_order", "chunked") == "strided",
@@ -336,7 +346,6 @@ def _plan_backward_view(M, N, row_strides, period, ragged, itemsize, sm_count, a
         finish_block_g=finish_g,
         finish_block_n=finish_n,
         finish_grid=finish_grid(period or N, finish_n),
-        pdl=supports_pdl(arch) and not interpreter,
         lane_run=_overrides.lane_run or LANE_RUN_TILES,
         copies_as_rows=entry.get("copies_as_rows", 0),
     )

@@ -110,7 +110,12 @@ def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
     y = _new((M, N), _staged(out_dtype), x2d.device)
     if M == 0:
         return _as(y, out_dtype)
-    plan = forward_plan(x2d)
+    launch_forward(forward_plan(x2d), x2d, y, alpha, gamma, beta)
+    return _as(y, out_dtype)
+
+
+def launch_forward(plan, x2d, y, alpha, gamma, beta) -> None:
+    """dyt_fwd_kernel: y (fwd tools time it with plans of their own, e.g. plan.replaced(pdl=False))."""
     has_beta = beta is not None
     with _current(x2d.device):
         direct_launch.launch(
@@ -119,10 +124,9 @@ def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
              plan.M, plan.N, *_layout_args(plan, x2d, y), plan.n_col_blocks),
             dict(HAS_BETA=has_beta, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N, INT64=plan.int64,
                  TANH=plan.tanh, APPROX=not interpreter_active(), GAMMA_PERIOD=plan.gamma_period,
-                 RAGGED=plan.ragged, SIGN_SELECT=plan.sign_select),
-            direct=not interpreter_active(), num_warps=plan.num_warps,
+                 RAGGED=plan.ragged, SIGN_SELECT=plan.sign_select, PDL=plan.pdl),
+            direct=not interpreter_active(), num_warps=plan.num_warps, launch_pdl=plan.pdl,
         )  # fmt: skip
-    return _as(y, out_dtype)
 
 
 def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype):
@@ -165,7 +169,7 @@ def launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials) -> None:
              APPROX=not interpreter_active(), STRIDED=plan.strided, NUM_STAGES=plan.num_stages,
              EVEN_N=plan.N % plan.BLOCK_N == 0, GAMMA_PERIOD=plan.gamma_period, RAGGED=plan.ragged,
              PDL=plan.pdl, LANE_RUN=plan.lane_run, FOLD_COPIES=plan.copies_in_block > 0),
-        direct=not interpreter_active(), num_warps=plan.num_warps,
+        direct=not interpreter_active(), num_warps=plan.num_warps, launch_pdl=plan.pdl,
     )  # fmt: skip
 
 

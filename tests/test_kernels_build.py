@@ -87,7 +87,7 @@ def _bwd_signature(dt):
 # tests (and ci/sass_stats.py) name only what they vary, so a new constant is added here once.
 FWD_CONSTEXPRS = {"HAS_BETA": True, "BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False,
                   "TANH": TANH_METHODS["poly_exp"], "APPROX": True, "GAMMA_PERIOD": 0, "RAGGED": False,
-                  "SIGN_SELECT": True}  # fmt: skip
+                  "SIGN_SELECT": True, "PDL": True}  # fmt: skip
 BWD_CONSTEXPRS = {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": TANH_METHODS["poly_exp"],
                   "APPROX": True, "STRIDED": False, "NUM_STAGES": 3, "EVEN_N": True,
                   "GAMMA_PERIOD": 0, "RAGGED": False, "PDL": True, "LANE_RUN": LANE_RUN_TILES,
@@ -128,6 +128,20 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period
     assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), "y is not stored 16 bytes at a time"
     assert "tanh.approx" not in ptx, "the default tanh must not use the hardware approximation"
     assert "rcp.approx" in ptx and "div.full" not in ptx, "the reciprocal must be one MUFU, not div.full"
+    assert_waits_before_memory(ptx)
+    assert ptx.count("griddepcontrol.launch_dependents") == 1, "the next kernel's early launch is not allowed"
+
+
+def assert_waits_before_memory(ptx: str) -> None:
+    """Launched by PDL, a kernel may start while the one before it still writes: it must wait
+    (griddepcontrol.wait) before it touches global memory at all (alpha, gamma, x, partials)."""
+    wait = ptx.find("griddepcontrol.wait")
+    first_access = min(
+        i for i in (ptx.find("ld.global"), ptx.find("cp.async"), ptx.find("st.global")) if i >= 0
+    )
+    assert 0 <= wait < first_access, (
+        "global memory is accessed before the previous kernel is known to be done"
+    )
 
 
 @needs_compiler
@@ -169,19 +183,22 @@ def test_backward_and_finish_compile(dt, block_m, block_n, strided, stages, peri
     else:
         assert CP_ASYNC_16B.search(ptx), "x and dy are not copied to shared memory 16 bytes at a time"
     assert ptx.count("griddepcontrol.launch_dependents") == 1, "the finish's early launch is not allowed"
+    assert_waits_before_memory(ptx)
 
 
 @needs_compiler
-def test_backward_without_pdl_has_no_grid_dependency_control():
+@pytest.mark.parametrize("compile_kernel", [compile_forward, compile_backward], ids=["forward", "backward"])
+def test_without_pdl_no_grid_dependency_control(compile_kernel):
     """PDL=False (the interpreter's plans, GPUs before sm_90): no griddepcontrol, which needs sm_90."""
-    assert "griddepcontrol" not in compile_backward(PDL=False).asm["ptx"]
+    assert "griddepcontrol" not in compile_kernel(PDL=False).asm["ptx"]
 
 
 @needs_compiler
 @pytest.mark.parametrize("width", [64, 1024, 16384])
 @pytest.mark.parametrize("pdl", [True, False], ids=["pdl", "no_pdl"])
 def test_finish_compiles_for_its_planned_tiles(width, pdl):
-    """With PDL the finish waits for the main kernel before its first load of a partial."""
+    """With PDL the finish waits for the main kernel before its first load of a partial, then lets the
+    next kernel launch."""
     block_g, block_n = launch.finish_tile(width, sm_count=132)
     finish = _compile(
         kernels.dyt_bwd_finish_kernel,
@@ -194,7 +211,32 @@ def test_finish_compiles_for_its_planned_tiles(width, pdl):
     ptx = finish.asm["ptx"]
     assert not ATOMIC.search(ptx)
     if pdl:
-        wait, first_load = ptx.find("griddepcontrol.wait"), ptx.find("ld.global")
-        assert 0 <= wait < first_load, "a partial is read before the main kernel is known to be done"
+        assert_waits_before_memory(ptx)
+        assert ptx.count("griddepcontrol.launch_dependents") == 1, (
+            "the next kernel's early launch is not allowed"
+        )
     else:
         assert "griddepcontrol" not in ptx
+
+
+@pytest.mark.parametrize("mode", ["fwd", "bwd"])
+def test_pdl_is_planned_on_sm90_and_up_outside_the_interpreter(mode):
+    def plan(arch, interpreter=False):
+        if mode == "fwd":
+            return launch.plan_forward(4096, 1024, 2, (1024, 1024), arch=arch, interpreter=interpreter)
+        return launch.plan_backward(4096, 1024, 2, (1024, 1024, 1024), sm_count=132, arch=arch,
+                                    interpreter=interpreter)  # fmt: skip
+
+    assert plan("sm90").pdl and plan("sm100").pdl
+    assert not plan("sm80").pdl and not plan("default").pdl
+    assert not plan("sm90", interpreter=True).pdl
+
+
+def test_a_replaced_plan_compiles_its_own_kernels():
+    """Tools time a plan beside a variant of it (ci/bwd_split.py: with and without PDL); the kernels cached
+    for one must not launch for the other, whose compile-time constants differ."""
+    plan = launch.plan_forward(4096, 1024, 2, (1024, 1024), arch="sm90")
+    plan.launches["key"] = "a kernel compiled with PDL"
+    variant = plan.replaced(pdl=False)
+    assert not variant.pdl and variant.launches == {} and plan.launches
+    assert variant.replaced(pdl=True) == plan
