@@ -306,11 +306,12 @@ def dyt_bwd_kernel(
     flight cost shared memory, not registers. The sums are per-lane accumulators reduced once per run, so
     the loops have no cross-thread reduction.
 
-    With PDL, a program waits for the kernel before it on the stream first, and lets the finishing kernel
-    launch once its loops are done: the finish's launch then overlaps this kernel's last programs (it
-    waits, griddepcontrol.wait, for the partials).
+    With PDL, each program lets the finishing kernel launch once its loops are done: the finish's launch
+    then overlaps this kernel's last programs (it waits, griddepcontrol.wait, for the partials). This
+    kernel itself is launched the ordinary way, onto an idle GPU: its persistent grid relies on the
+    hardware spreading its programs evenly over the SMs, which a launch overlapping the kernel before it
+    does not do (launched by PDL, 2048 x 4096 bf16 took 26.8 instead of 21.2 us, NOTES.md v19).
     """
-    _wait_for_primary(PDL)
     pid = tl.program_id(0)
     pid_n = pid % n_col_blocks
     group = pid // n_col_blocks

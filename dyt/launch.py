@@ -89,8 +89,9 @@ class TilePlan:
     tanh: int
     gamma_period: int  # 0, or the true width when rows were folded (M, N are then the folded view's)
     ragged: bool  # folded rows of which the last ends early (its columns masked by the element count)
-    # Programmatic dependent launch (see supports_pdl): every kernel is launched so that it may start while
-    # the kernel before it on the stream ends, and waits for that kernel before its first memory access.
+    # Programmatic dependent launch (see supports_pdl): the forward and the backward's finish are launched so
+    # that they may start while the kernel before them on the stream ends, and wait for it before their
+    # first memory access; the backward's persistent main kernel lets its finish launch early.
     pdl: bool
     # The kernels compiled for this plan, filled by dyt.direct_launch; not part of what the plan is.
     launches: dict = dataclasses.field(default_factory=dict, compare=False, repr=False, kw_only=True)

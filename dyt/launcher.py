@@ -169,7 +169,7 @@ def launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials) -> None:
              APPROX=not interpreter_active(), STRIDED=plan.strided, NUM_STAGES=plan.num_stages,
              EVEN_N=plan.N % plan.BLOCK_N == 0, GAMMA_PERIOD=plan.gamma_period, RAGGED=plan.ragged,
              PDL=plan.pdl, LANE_RUN=plan.lane_run, FOLD_COPIES=plan.copies_in_block > 0),
-        direct=not interpreter_active(), num_warps=plan.num_warps, launch_pdl=plan.pdl,
+        direct=not interpreter_active(), num_warps=plan.num_warps,
     )  # fmt: skip
 
 
