@@ -8,7 +8,8 @@
 #
 # Environment: DYT_TUNE=1 first rewrites dyt/tables/sm90.json with `python -m dyt tune` on GPU 0;
 # DYT_BENCH_ARGS replaces the bench selection; DYT_MATRIX_S / DYT_BENCH_S / DYT_TUNE_S are time limits;
-# DYT_MATRIX_GPUS runs the matrix on those GPUs beside the bench (see below).
+# DYT_MATRIX_GPUS runs the matrix on those GPUs beside the bench (see below); DYT_SKIP_MATRIX=1 runs the
+# bench alone (one GPU and too little device time for both).
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT" reports/perf
@@ -37,7 +38,9 @@ matrix() {
 
 # DYT_MATRIX_GPUS=1 (say) runs the matrix on those GPUs while the bench runs on GPU 0; by default the
 # matrix takes every GPU first and the bench follows.
-if [ -n "${DYT_MATRIX_GPUS:-}" ]; then
+if [ "${DYT_SKIP_MATRIX:-0}" = 1 ]; then
+  echo "matrix skipped (DYT_SKIP_MATRIX=1)"
+elif [ -n "${DYT_MATRIX_GPUS:-}" ]; then
   CUDA_VISIBLE_DEVICES="$DYT_MATRIX_GPUS" matrix >reports/matrix.out 2>&1 &
 else
   matrix
