@@ -45,7 +45,7 @@ def variants(which, x, alpha, gamma, beta, sm_count):
         def call(y):
             kernels.dyt_fwd_kernel[(M // bm * (N // bn),)](
                 x, y, alpha, gamma, beta, M, N, N_EL, N, N, N // bn, HAS_BETA=True, BLOCK_M=bm, BLOCK_N=bn,
-                INT64=False, TANH=0, APPROX=True, GAMMA_PERIOD=0, RAGGED=False, SIGN_SELECT=sign,
+                INT64=False, TANH=0, APPROX=True, GAMMA_PERIOD=0, RAGGED=False, SIGN_SELECT=sign, PDL=False,
                 num_warps=warps,
             )  # fmt: skip
 
