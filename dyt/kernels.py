@@ -199,7 +199,7 @@ def dyt_fwd_kernel(
 
     With PDL, a program waits for the kernel before it on the stream first, then at once lets the next
     kernel launch: back-to-back kernels overlap their launch and first programs with this one's last
-    programs (graph replays of 2^26 bf16 elements: 0.9-1.7 us of ~68, NOTES.md v19).
+    programs (graph replays of 2^26 bf16 elements: 0.7-1.7 us of ~68, NOTES.md v19).
     """
     _wait_for_primary(PDL)
     _launch_dependents(PDL)

@@ -105,20 +105,7 @@ def scaling():
                     name = f"repo {bm}x{bn}x{w}"
                     rows.append((N, name, log_n, t))
                     print(f"N={N} 2^{log_n} {name} {t:.1f} us same={same}", flush=True)
-    print("\nfit t = bytes / rate + c over 2^25..2^27 (least squares):")
-    keys = sorted({(r[0], r[1]) for r in rows})
-    for key in keys:
-        pts = [(4 * (1 << r[2]), r[3]) for r in rows if (r[0], r[1]) == key]
-        nx = len(pts)
-        mx = sum(p[0] for p in pts) / nx
-        my = sum(p[1] for p in pts) / nx
-        slope = sum((p[0] - mx) * (p[1] - my) for p in pts) / sum((p[0] - mx) ** 2 for p in pts)
-        c = my - slope * mx
-        print(
-            f"N={key[0]:6d} {key[1]:18s} rate {1e-3 / slope:.0f} GB/s ({1e-3 / slope / CEIL:.3f}) "
-            f"c {c:.2f} us times {' '.join(f'{p[1]:.1f}' for p in pts)}",
-            flush=True,
-        )
+    fit(rows)
 
 
 def tma():

@@ -3,7 +3,7 @@
 import triton
 import triton.language as tl
 
-from dyt.kernels import _tanh
+from dyt.kernels import _launch_dependents, _tanh, _wait_for_primary, _with_sign_of
 
 
 @triton.jit
@@ -107,13 +107,8 @@ def fwd_pdl_tail(
 ):
     """Even shapes only. With PDL, waits for the previous kernel first and lets the next one launch at
     once. Programs from n_big on take SMALL_M-row tiles (the last ones dispatched: a shorter tail)."""
-    if PDL:
-        tl.inline_asm_elementwise(
-            "griddepcontrol.wait; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1
-        )
-        tl.inline_asm_elementwise(
-            "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1
-        )
+    _wait_for_primary(PDL)
+    _launch_dependents(PDL)
     pid = tl.program_id(0)
     pid_m = pid // n_col_blocks
     pid_n = pid % n_col_blocks
@@ -175,15 +170,9 @@ def fwd_lut(
         bits = xb.to(tl.uint16, bitcast=True).to(tl.uint32) & 0x7FFF
         idx = tl.minimum(bits - lo, TABLE - 1)  # unsigned: below lo wraps high (those take the z branch)
         t_big = tl.gather(table, tl.reshape(idx, (BLOCK_M * BLOCK_N,)), 0)
-        t_big = _with_sign(tl.reshape(t_big, (BLOCK_M, BLOCK_N)), z)
+        t_big = _with_sign_of(tl.reshape(t_big, (BLOCK_M, BLOCK_N)), z)
         s = z * z
         t_small = z + z * (s * -0.3333333432674408)
         t = tl.where(tl.abs(z) >= 1.0 / 2048.0, t_big, t_small)  # NaN z takes t_small: NaN
         y = gamma[None, :] * t + beta[None, :]
         tl.store(Y + offs, y.to(Y.dtype.element_ty))
-
-
-@triton.jit
-def _with_sign(magnitude, z):
-    bits = magnitude.to(tl.uint32, bitcast=True) | (z.to(tl.uint32, bitcast=True) & 0x80000000)
-    return bits.to(tl.float32, bitcast=True)
