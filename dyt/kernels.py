@@ -189,8 +189,8 @@ def _tile(pid_m, pid_n, M, N, n_elements, BLOCK_M: tl.constexpr, BLOCK_N: tl.con
 @triton.jit
 def dyt_fwd_kernel(
     X, Y, ALPHA, GAMMA, BETA,
-    M, N, n_elements, stride_xm, stride_ym, n_col_blocks,
-    HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    M, N, n_elements, stride_xm, stride_ym,
+    HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, N_COL_BLOCKS: tl.constexpr,
     INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr, GAMMA_PERIOD: tl.constexpr,
     RAGGED: tl.constexpr, SIGN_SELECT: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
@@ -200,24 +200,33 @@ def dyt_fwd_kernel(
     With PDL, a program waits for the kernel before it on the stream first, then at once lets the next
     kernel launch: back-to-back kernels overlap their launch and first programs with this one's last
     programs (graph replays of 2^26 bf16 elements: 0.7-1.7 us of ~68, NOTES.md v19).
+
+    N_COL_BLOCKS is a compile-time constant (one compile per count of column blocks): a division by a
+    runtime count cost ~16 instructions and 5 registers per thread, 3-4.5% of the bf16 forward at 4096-16384
+    columns (NOTES.md v20).
     """
     _wait_for_primary(PDL)
     _launch_dependents(PDL)
     pid = tl.program_id(0)
-    pid_m = pid // n_col_blocks
-    pid_n = pid % n_col_blocks
+    pid_m = pid // N_COL_BLOCKS
+    pid_n = pid % N_COL_BLOCKS
     rows, cols, mask = _tile(pid_m, pid_n, M, N, n_elements, BLOCK_M, BLOCK_N, INT64, RAGGED)
     col_ok = cols < N
 
+    # Every load first, each converted to float32 where it is used: with this order ptxas keeps 48-56
+    # registers per thread at the sm90 table's tiles (9-10 programs per SM), where converting gamma at its
+    # load and loading beta after the arithmetic took 64-66 (7-8 per SM), 2-6% slower (NOTES.md v20).
+    index = _param_index(cols, GAMMA_PERIOD)
     alpha = tl.load(ALPHA).to(tl.float32)
-    gamma = tl.load(GAMMA + _param_index(cols, GAMMA_PERIOD), mask=col_ok, other=0.0).to(tl.float32)
-    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-
-    t = _tanh(alpha * x, TANH, APPROX, SIGN_SELECT)
-    y = gamma[None, :] * t
+    gamma = tl.load(GAMMA + index, mask=col_ok, other=0.0)
     if HAS_BETA:
-        beta = tl.load(BETA + _param_index(cols, GAMMA_PERIOD), mask=col_ok, other=0.0).to(tl.float32)
-        y = y + beta[None, :]
+        beta = tl.load(BETA + index, mask=col_ok, other=0.0)
+    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
+
+    t = _tanh(alpha * x.to(tl.float32), TANH, APPROX, SIGN_SELECT)
+    y = gamma.to(tl.float32)[None, :] * t
+    if HAS_BETA:
+        y = y + beta.to(tl.float32)[None, :]
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
