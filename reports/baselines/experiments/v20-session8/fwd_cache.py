@@ -30,6 +30,11 @@ from dyt.bench import replay_median_ms  # noqa: E402
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 WIDTHS = [int(w) for w in os.environ.get("WIDTHS", "1024,64,256,512").split(",")]
 HINTS = os.environ.get("HINTS", "1") == "1"  # the cache-hint and tile variants (b) and (c)
+# 2048 columns: the tiles tried beside the table's 2x2048x8, "BMxBNxWARPS[xselect]" (default: run 5's)
+TILES_2048 = [
+    tuple(int(v) for v in t.split("x"))
+    for t in os.environ.get("TILES_2048", "4x1024x4,2x1024x4,1x2048x4").split(",")
+]
 
 
 def folded_variants(plan, x2d, y, a, g, b, width):
@@ -41,9 +46,11 @@ def folded_variants(plan, x2d, y, a, g, b, width):
         xw, yw = x2d.view(plan.M, plan.N), y.view(plan.M, plan.N)  # not ragged at 2^26 elements
         out["expanded"] = lambda: launcher.launch_forward(flat, xw, yw, a, ge, be)
     if plan.N == 2048:  # the table's 2x2048x8 against the 4096-16384 entries' 4x1024x4
-        for bm, bn, warps in ((4, 1024, 4), (2, 1024, 4), (1, 2048, 4)):
+        for bm, bn, warps in TILES_2048:
             p = retiled(plan, bm, bn).replaced(num_warps=warps)
             out[f"{bm}x{bn}x{warps}"] = lambda p=p: launcher.launch_forward(p, x2d, y, a, g, b)
+        select = plan.replaced(sign_select=True)
+        out["select"] = lambda: launcher.launch_forward(select, x2d, y, a, g, b)
     if HINTS:
         out["x_cg"] = const_call(plan, x2d, y, a, g, b, X_CACHE=".cg")
         out["x_first"] = const_call(plan, x2d, y, a, g, b, X_EVICT="evict_first")
