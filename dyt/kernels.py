@@ -203,7 +203,7 @@ def dyt_fwd_kernel(
 
     N_COL_BLOCKS is a compile-time constant (one compile per count of column blocks): a division by a
     runtime count cost ~16 instructions and 5 registers per thread, 3-4.5% of the bf16 forward at 4096-16384
-    columns (NOTES.md v20).
+    columns and 4% at 768 (NOTES.md v20).
     """
     _wait_for_primary(PDL)
     _launch_dependents(PDL)
@@ -213,9 +213,10 @@ def dyt_fwd_kernel(
     rows, cols, mask = _tile(pid_m, pid_n, M, N, n_elements, BLOCK_M, BLOCK_N, INT64, RAGGED)
     col_ok = cols < N
 
-    # Every load first, each converted to float32 where it is used: with this order ptxas keeps 48-56
-    # registers per thread at the sm90 table's tiles (9-10 programs per SM), where converting gamma at its
-    # load and loading beta after the arithmetic took 64-66 (7-8 per SM), 2-6% slower (NOTES.md v20).
+    # Every load first, each converted to float32 where it is used: with this order ptxas gives 4x1024x4
+    # tiles 56 registers at every column-block count (9 programs per SM); converting gamma at its load and
+    # loading beta after the arithmetic took 64 at 4096-16384 columns, and 66 at 768 columns folded into
+    # 3072, which then ran 69.3 us against 65.2 (bf16, 2^26 elements, NOTES.md v20).
     index = _param_index(cols, GAMMA_PERIOD)
     alpha = tl.load(ALPHA).to(tl.float32)
     gamma = tl.load(GAMMA + index, mask=col_ok, other=0.0)
