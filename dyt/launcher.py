@@ -123,10 +123,9 @@ def launch_forward(plan, x2d, y, alpha, gamma, beta) -> None:
             (x2d, y, alpha, gamma, beta if has_beta else gamma,
              plan.M, plan.N, *_layout_args(plan, x2d, y)),
             dict(HAS_BETA=has_beta, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
-                 N_COL_BLOCKS=plan.n_col_blocks,
-                 INT64=plan.int64, TANH=plan.tanh, APPROX=not interpreter_active(),
-                 GAMMA_PERIOD=plan.gamma_period, RAGGED=plan.ragged, SIGN_SELECT=plan.sign_select,
-                 PDL=plan.pdl),
+                 N_COL_BLOCKS=plan.n_col_blocks, INT64=plan.int64, TANH=plan.tanh, PDL=plan.pdl,
+                 APPROX=not interpreter_active(), GAMMA_PERIOD=plan.gamma_period, RAGGED=plan.ragged,
+                 SIGN_SELECT=plan.sign_select),
             direct=not interpreter_active(), num_warps=plan.num_warps, launch_pdl=plan.pdl,
         )  # fmt: skip
 
