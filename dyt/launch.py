@@ -207,6 +207,24 @@ def table_entry(table: dict, mode: str, itemsize: int, width: int) -> dict:
     raise LookupError(f"launch table has no {mode} entry for width {width}")
 
 
+# A forward entry's "fp32_params": the tile fields (and "min_elements") that replace the entry's own where
+# 16-bit x meets float32 gamma or beta on a problem of at least min_elements. Triton loads float32
+# parameters 4 to a lane and moves them to the x tile's 8-per-lane layout through shared memory (barriers
+# in every program); on the H200, 2x1024 tiles on 2 warps then ran 4-9% faster than the 16-bit entry's
+# from 2^24 elements on and 6-12% slower below 2^24 (NOTES.md v21).
+FP32_PARAMS = "fp32_params"
+
+
+def forward_entry(table: dict, itemsize: int, width: int, param_itemsize: int, n_elements: int) -> dict:
+    """The forward's table entry, with its fp32_params tile where that applies (see FP32_PARAMS)."""
+    entry = table_entry(table, "fwd", itemsize, width)
+    variant = entry.get(FP32_PARAMS)
+    if variant and itemsize < 4 <= param_itemsize and n_elements >= variant["min_elements"]:
+        tile = {k: v for k, v in variant.items() if k != "min_elements"}
+        entry = {k: v for k, v in entry.items() if k != FP32_PARAMS} | tile
+    return entry
+
+
 # A width that would leave more than this fraction of a tile's columns idle (768 in 1024-wide blocks)
 # is split into blocks of its largest power-of-two divisor instead, when that is at least MIN_SPLIT_BLOCK_N.
 MAX_IDLE_COLUMNS = 1 / 8
@@ -267,7 +285,9 @@ def tanh_method(interpreter: bool) -> int:
     return TANH_METHODS[name]
 
 
-def _folded(M, N, row_strides, mode, itemsize, arch) -> tuple[int, int, tuple[int, ...], int, bool]:
+def _folded(
+    M, N, row_strides, mode, itemsize, arch, param_itemsize=0
+) -> tuple[int, int, tuple[int, ...], int, bool]:
     """(M, N, row_strides, gamma_period, ragged) of the view the kernels see (see fold_factor): folded
     where the wide rows' column blocks either each hold whole copies of the true width (the backward adds
     them up in registers or writes them as rows, see BwdPlan.copies_in_block) or tile the wide row exactly
@@ -280,7 +300,11 @@ def _folded(M, N, row_strides, mode, itemsize, arch) -> tuple[int, int, tuple[in
     fold = fold_factor(M, N, row_strides, powers_of_two_only=mode == "fwd")
     if fold > 1:
         wide = N * fold
-        block_n = tile_shape(table_entry(_table(arch), mode, itemsize, wide), wide)[1]
+        if mode == "fwd":
+            entry = forward_entry(_table(arch), itemsize, wide, param_itemsize, M * N)
+        else:
+            entry = table_entry(_table(arch), mode, itemsize, wide)
+        block_n = tile_shape(entry, wide)[1]
         if block_n % N == 0 or wide % block_n == 0:
             return cdiv(M * N, wide), wide, tuple(wide for _ in row_strides), N, (M * N) % wide != 0
     return M, N, row_strides, 0, False
@@ -300,10 +324,15 @@ def _tile_fields(
                 pdl=supports_pdl(arch) and not interpreter)  # fmt: skip
 
 
-def plan_forward(M, N, itemsize, row_strides, *, arch="default", interpreter=False) -> FwdPlan:
-    """One program per tile."""
-    M, N, row_strides, period, ragged = _folded(M, N, row_strides, "fwd", itemsize, arch)
-    entry = table_entry(_table(arch), "fwd", itemsize, N)
+def plan_forward(
+    M, N, itemsize, row_strides, *, param_itemsize=None, arch="default", interpreter=False
+) -> FwdPlan:
+    """One program per tile. param_itemsize: the widest of gamma's and beta's element sizes (default:
+    x's), which picks an entry's fp32_params tile (see FP32_PARAMS)."""
+    param_itemsize = param_itemsize or itemsize
+    n_elements = M * N
+    M, N, row_strides, period, ragged = _folded(M, N, row_strides, "fwd", itemsize, arch, param_itemsize)
+    entry = forward_entry(_table(arch), itemsize, N, param_itemsize, n_elements)
     tile = tile_shape(entry, N)
     fields = _tile_fields(entry, M, N, row_strides, arch, interpreter, tile, cdiv(M, tile[0]), period, ragged)
     return FwdPlan(**fields, sign_select=entry.get("sign", "select") == "select")

@@ -36,30 +36,34 @@ def device_facts(device: torch.device) -> tuple[str, int]:
     return _device_facts(index)
 
 
-def _plan(mode, M, N, itemsize, row_strides, device):
+def _plan(mode, M, N, itemsize, row_strides, device, param_itemsize=None):
     """Plans are pure functions of these arguments and the overrides; a swapped table (the tuner, tests)
     is planned afresh, everything else is cached, since host time per call is what small shapes pay."""
     o = launch.current_overrides()
     if o.table is not None:
-        return _cached_plan.__wrapped__(mode, M, N, itemsize, row_strides, device, None)
-    return _cached_plan(
-        mode, M, N, itemsize, row_strides, device, (o.int64, o.tanh, o.lane_run, os.environ.get("DYT_TANH"))
-    )
+        return _cached_plan.__wrapped__(mode, M, N, itemsize, row_strides, device, param_itemsize, None)
+    overrides_key = (o.int64, o.tanh, o.lane_run, os.environ.get("DYT_TANH"))
+    return _cached_plan(mode, M, N, itemsize, row_strides, device, param_itemsize, overrides_key)
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_plan(mode, M, N, itemsize, row_strides, device, overrides_key):
+def _cached_plan(mode, M, N, itemsize, row_strides, device, param_itemsize, overrides_key):
     arch, sm_count = device_facts(device)
     if mode == "fwd":
-        return launch.plan_forward(M, N, itemsize, row_strides, arch=arch, interpreter=interpreter_active())
+        return launch.plan_forward(M, N, itemsize, row_strides, param_itemsize=param_itemsize, arch=arch,
+                                   interpreter=interpreter_active())  # fmt: skip
     return launch.plan_backward(
         M, N, itemsize, row_strides, sm_count=sm_count, arch=arch, interpreter=interpreter_active()
     )
 
 
-def forward_plan(x2d: torch.Tensor) -> launch.FwdPlan:
+def forward_plan(x2d: torch.Tensor, gamma=None, beta=None) -> launch.FwdPlan:
+    """The forward's plan; gamma's and beta's dtypes matter where they are wider than x's (FP32_PARAMS)."""
     M, N = x2d.shape
-    return _plan("fwd", M, N, x2d.element_size(), (x2d.stride(0), N), x2d.device)
+    param_itemsize = None
+    if gamma is not None:
+        param_itemsize = max(gamma.element_size(), 0 if beta is None else beta.element_size())
+    return _plan("fwd", M, N, x2d.element_size(), (x2d.stride(0), N), x2d.device, param_itemsize)
 
 
 def backward_plan(x2d: torch.Tensor, dy2d: torch.Tensor) -> launch.BwdPlan:
@@ -110,7 +114,7 @@ def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
     y = _new((M, N), _staged(out_dtype), x2d.device)
     if M == 0:
         return _as(y, out_dtype)
-    launch_forward(forward_plan(x2d), x2d, y, alpha, gamma, beta)
+    launch_forward(forward_plan(x2d, gamma, beta), x2d, y, alpha, gamma, beta)
     return _as(y, out_dtype)
 
 

@@ -31,8 +31,9 @@ NUM_STAGES = [3, 4]  # the backward loop's pipelining depth (dyt.kernels.dyt_bwd
 SIGNS = ["select", "bitwise"]  # how the forward's tanh takes its sign (dyt.kernels._tanh)
 ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.kernels.dyt_bwd_kernel
 # Fields a bucket keeps from its current entry: "copies_as_rows" matters only where the entry serves
-# folded narrower widths (dyt.launch.BwdPlan), which timing the bucket's own width does not see.
-HAND_SET = ("copies_as_rows",)
+# folded narrower widths (dyt.launch.BwdPlan), "fp32_params" only with float32 parameters on 16-bit x
+# (dyt.launch.FP32_PARAMS); timing the bucket's own width in one dtype sees neither.
+HAND_SET = ("copies_as_rows", launch.FP32_PARAMS)
 
 
 def candidates(mode: str, width: int) -> list[dict]:

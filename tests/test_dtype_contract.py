@@ -3,6 +3,7 @@ in float32 and never rounded through x.dtype; bad dtypes and shapes rejected wit
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -55,6 +56,92 @@ def test_float32_parameter_grads_as_accurate_as_float32(path, x_dtype, seed):
     with path_context(path):
         outs = run(inp)
     check_against_reference(inp, outs)  # float32 grads are held to relative L2 <= 1e-5 there
+
+
+def _fp32_params_tile(entry) -> tuple[int, int, int]:
+    variant = entry[launch.FP32_PARAMS]
+    return variant["BLOCK_M"], variant["BLOCK_N"], variant["num_warps"]
+
+
+@pytest.mark.parametrize("width", [64, 1024, 2048, 16384], ids=["folded", "1024", "2048", "16384"])
+def test_float32_parameters_take_the_entrys_fp32_params_tile_from_its_size_on(width):
+    """16-bit x with float32 gamma/beta runs the sm90 entry's fp32_params tile from min_elements on (2x1024
+    on 2 warps: 4-10% faster there, 6-12% slower on smaller problems, NOTES.md v21); 16-bit parameters,
+    float32 x and smaller problems keep the entry's own tile. Folded widths (64 in rows of 1024) take the
+    variant of the entry their folded rows use."""
+    table = launch.load_table("sm90")
+    entry = launch.table_entry(table, "fwd", 2, max(width, launch.FOLD_WIDTH))
+    big = entry[launch.FP32_PARAMS]["min_elements"]
+    assert big == 2**24
+    own = (entry["BLOCK_M"], entry["BLOCK_N"], entry["num_warps"])
+    assert _fp32_params_tile(entry) != own
+
+    def tile(rows, itemsize, param_itemsize):
+        plan = launch.plan_forward(rows, width, itemsize, (width, width), param_itemsize=param_itemsize,
+                                   arch="sm90")  # fmt: skip
+        assert plan.gamma_period == (width if width < launch.FOLD_WIDTH else 0)
+        assert plan.BLOCK_M * plan.N // plan.param_width * plan.grid[0] // plan.n_col_blocks >= rows
+        return plan.BLOCK_M, min(plan.BLOCK_N, entry["BLOCK_N"]), plan.num_warps
+
+    rows = big // width
+    assert tile(rows, 2, 4) == _fp32_params_tile(entry)
+    assert tile(4 * rows, 2, 4) == _fp32_params_tile(entry)
+    assert tile(rows, 2, 2) == own
+    assert tile(rows, 2, None) == own
+    assert tile(rows - 1, 2, 4) == own
+    fp32_entry = launch.table_entry(table, "fwd", 4, max(width, launch.FOLD_WIDTH))
+    assert launch.FP32_PARAMS not in fp32_entry
+    assert tile(rows, 4, 4) == (fp32_entry["BLOCK_M"], fp32_entry["BLOCK_N"], fp32_entry["num_warps"])
+
+
+def test_the_launcher_plans_by_the_widest_of_gamma_and_beta():
+    """launcher.forward_plan passes the wider of gamma's and beta's element sizes: one float32 parameter is
+    enough for the fp32_params tile."""
+    variant = {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 2, "min_elements": 640}
+    entry = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 64, "num_warps": 4, "sign": "select",
+             launch.FP32_PARAMS: variant}  # fmt: skip
+    table = {"fwd": {"16bit": [entry], "fp32": [entry]}}
+    x = torch.empty(10, 64, dtype=torch.bfloat16)
+    half, full = torch.empty(64, dtype=torch.bfloat16), torch.empty(64)
+    with launch.overrides(table=table):
+        assert launcher.forward_plan(x, half, half).num_warps == 4
+        assert launcher.forward_plan(x, half, None).num_warps == 4
+        assert launcher.forward_plan(x, half, full).num_warps == 2
+        assert launcher.forward_plan(x, full, None).num_warps == 2
+        assert launcher.forward_plan(x[:9], full, full).num_warps == 4  # 576 elements: below min_elements
+
+
+@pytest.mark.parametrize("x_dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize(("rows", "width"), [(48, 64), (37, 1024), (9, 5000)], ids=["folded", "1024", "5000"])
+def test_fp32_params_tile_matches_the_reference(rows, width, x_dtype, seed):
+    """The committed table's fp32_params tiles, made to apply at any size, on 16-bit x with float32
+    parameters: folded rows, whole 1024-column rows, and 5000 columns in 1024-wide blocks (the last one
+    padded)."""
+    table = copy.deepcopy(launch.load_table(launcher.device_facts(device())[0]))
+    if launch.FP32_PARAMS not in launch.table_entry(table, "fwd", 2, 1024):
+        table = copy.deepcopy(launch.load_table("sm90"))  # the default table has none: take sm90's
+    for entry in table["fwd"]["16bit"]:
+        if launch.FP32_PARAMS in entry:
+            entry[launch.FP32_PARAMS]["min_elements"] = 1
+    inp = make_inputs((rows, width), DTYPES[x_dtype], seed=seed, param_dtype=torch.float32)
+    with launch.overrides(table=table):
+        plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
+        wide = launch.table_entry(table, "fwd", 2, plan.N)
+        assert (plan.BLOCK_M, plan.BLOCK_N, plan.num_warps) == _fp32_params_tile(wide), plan
+        assert plan.gamma_period == (64 if width == 64 else 0)
+        check_against_reference(inp, run(inp))
+
+
+@pytest.mark.gpu_only
+def test_fp32_params_tile_at_its_threshold(seed):
+    """On the GPU, the committed table as it is, at its fp32_params threshold: 4096 x 4096 bf16 x with
+    float32 parameters (2^24 elements) against the float64 reference."""
+    inp = make_inputs((4096, 4096), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
+    entry = launch.table_entry(launch.load_table(launcher.device_facts(device())[0]), "fwd", 2, 4096)
+    if launch.FP32_PARAMS in entry:
+        assert (plan.BLOCK_M, plan.BLOCK_N, plan.num_warps) == _fp32_params_tile(entry), plan
+    check_against_reference(inp, run(inp))
 
 
 # One program per SM over 1 x 16 tiles: RUN_TILES tiles per program.
