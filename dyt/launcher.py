@@ -58,12 +58,13 @@ def _cached_plan(mode, M, N, itemsize, row_strides, device, param_itemsize, over
 
 
 def forward_plan(x2d: torch.Tensor, gamma=None, beta=None) -> launch.FwdPlan:
-    """The forward's plan; gamma's and beta's dtypes matter where they are wider than x's (FP32_PARAMS)."""
+    """The forward's plan; gamma's and beta's dtypes matter where they are wider than x's (FP32_PARAMS).
+    Parameters no wider than x plan (and share the cached plan, its compiled launches included) as x alone."""
     M, N = x2d.shape
-    param_itemsize = None
+    itemsize = param_itemsize = x2d.element_size()
     if gamma is not None:
-        param_itemsize = max(gamma.element_size(), 0 if beta is None else beta.element_size())
-    return _plan("fwd", M, N, x2d.element_size(), (x2d.stride(0), N), x2d.device, param_itemsize)
+        param_itemsize = max(itemsize, gamma.element_size(), 0 if beta is None else beta.element_size())
+    return _plan("fwd", M, N, itemsize, (x2d.stride(0), N), x2d.device, param_itemsize)
 
 
 def backward_plan(x2d: torch.Tensor, dy2d: torch.Tensor) -> launch.BwdPlan:

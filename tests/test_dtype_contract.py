@@ -96,7 +96,8 @@ def test_float32_parameters_take_the_entrys_fp32_params_tile_from_its_size_on(wi
 
 def test_the_launcher_plans_by_the_widest_of_gamma_and_beta():
     """launcher.forward_plan passes the wider of gamma's and beta's element sizes: one float32 parameter is
-    enough for the fp32_params tile."""
+    enough for the fp32_params tile. Plans for parameters no wider than x are x's own plan (a second
+    object would compile and cache its launches again: the direct-launch test looks them up by x)."""
     variant = {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 2, "min_elements": 640}
     entry = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 64, "num_warps": 4, "sign": "select",
              launch.FP32_PARAMS: variant}  # fmt: skip
@@ -109,6 +110,9 @@ def test_the_launcher_plans_by_the_widest_of_gamma_and_beta():
         assert launcher.forward_plan(x, half, full).num_warps == 2
         assert launcher.forward_plan(x, full, None).num_warps == 2
         assert launcher.forward_plan(x[:9], full, full).num_warps == 4  # 576 elements: below min_elements
+    # Parameters no wider than x share x's cached plan, and with it the kernels compiled for it.
+    assert launcher.forward_plan(x, half, half) is launcher.forward_plan(x)
+    assert launcher.forward_plan(x, full, half) is not launcher.forward_plan(x)
 
 
 @pytest.mark.parametrize("x_dtype", ["bf16", "fp16"])
