@@ -210,7 +210,7 @@ def table_entry(table: dict, mode: str, itemsize: int, width: int) -> dict:
 # A forward entry's "fp32_params": the tile fields (and "min_elements") that replace the entry's own where
 # 16-bit x meets float32 gamma or beta on a problem of at least min_elements. Triton loads float32
 # parameters 4 to a lane and moves them to the x tile's 8-per-lane layout through shared memory (barriers
-# in every program); on the H200, 2x1024 tiles on 2 warps then ran 4-9% faster than the 16-bit entry's
+# in every program); on the H200, 2x1024 tiles on 2 warps then ran 4-10% faster than the 16-bit entry's
 # from 2^24 elements on and 6-12% slower below 2^24 (NOTES.md v21).
 FP32_PARAMS = "fp32_params"
 
