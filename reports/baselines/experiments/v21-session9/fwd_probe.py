@@ -50,6 +50,7 @@ TILES_2048 = _tiles(
 TILES_1024 = _tiles("TILES_1024", "")  # at 1024 columns (bf16 widths)
 TILES_WIDE = _tiles("TILES_WIDE", "")  # at every unfolded multiple of 1024 columns (SHAPES)
 PARAMS1 = os.environ.get("PARAMS1", "1") == "1"  # the params1 variant on folded widths (with each fold tile)
+PARAMS2 = os.environ.get("PARAMS2", "0") == "1"  # the params2 variant (halves) with the plan and every tile
 
 
 def retiled(plan, bm, bn, warps):
@@ -79,6 +80,8 @@ def variants(plan, x2d, y, a, g, b, width):
     with_params = launcher.forward_plan(x2d, g, b)  # v21: the plan as the launcher makes it (fp32_params)
     if with_params != plan:
         out["plan_params"] = lambda: launcher.launch_forward(with_params, x2d, y, a, g, b)
+    if PARAMS2:
+        out["params2"] = probe_call(plan, x2d, y, a, g, b, params=2)
     if plan.gamma_period:
         reps = plan.N // width
         ge, be = g.repeat(reps), b.repeat(reps)
@@ -92,11 +95,15 @@ def variants(plan, x2d, y, a, g, b, width):
             out[f"{bm}x{bn}x{w}"] = probe_call(tiled, x2d, y, a, g, b)
             if PARAMS1:
                 out[f"{bm}x{bn}x{w} params1"] = probe_call(tiled, x2d, y, a, g, b, params=1)
+            if PARAMS2:
+                out[f"{bm}x{bn}x{w} params2"] = probe_call(tiled, x2d, y, a, g, b, params=2)
     wide = TILES_WIDE if plan.N % 1024 == 0 and not plan.gamma_period and width == plan.N else []
     if plan.N == 1024 and not plan.gamma_period:
         wide = wide + TILES_1024
     for bm, bn, w, _ in wide:
         out[f"{bm}x{bn}x{w}"] = probe_call(retiled(plan, bm, bn, w), x2d, y, a, g, b)
+        if PARAMS2:
+            out[f"{bm}x{bn}x{w} params2"] = probe_call(retiled(plan, bm, bn, w), x2d, y, a, g, b, params=2)
     if plan.N == 2048:
         for bm, bn, w, group in TILES_2048:
             tiled = retiled(plan, bm, bn, w)
