@@ -2,8 +2,9 @@
 
 Pure Python (no Triton, no CUDA), so that every decision is unit-testable on any machine. The tile
 choice is data: a committed table per GPU architecture (dyt/tables/<arch>.json, written by dyt.tune),
-looked up by dtype bucket and width bucket. Nothing here times anything, so two processes on the same
-GPU always choose the same kernels and get the same bits.
+looked up by dtype bucket and width bucket (a forward entry may name another tile for float32 parameters
+on 16-bit x: FP32_PARAMS). Nothing here times anything, so two processes on the same GPU always choose the
+same kernels and get the same bits.
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ def test_the_backward_tries_column_blocks_from_2048():
 
 def test_a_retune_keeps_the_hand_set_fields_of_the_entry_it_replaces():
     """copies_as_rows matters only where a bucket's entry serves folded narrower widths, which timing the
-    bucket's own width cannot see: the sm90 16-bit backward's 1024 entry keeps it, other buckets get none."""
+    bucket's own width cannot see: the sm90 16-bit backward's 1024 entry keeps it, other buckets get none.
+    Likewise fp32_params, which only float32 parameters on 16-bit x use."""
     table = launch.load_table("sm90")
     best = tune.candidates("bwd", 1024)[0]
     current = launch.table_entry(table, "bwd", 2, 1024)
@@ -44,6 +45,14 @@ def test_a_retune_keeps_the_hand_set_fields_of_the_entry_it_replaces():
     assert entry == {**best, "copies_as_rows": 4, "max_width": 1024, "median_us": 100.0}
     wider = tune.tuned_entry(best, launch.table_entry(table, "bwd", 2, 2048), 2048, 0.1)
     assert "copies_as_rows" not in wider
+    # fp32_params (the forward's tile for float32 parameters on 16-bit x) is timed by no retune either
+    fwd_current = launch.table_entry(table, "fwd", 2, 4096)
+    fwd_entry = tune.tuned_entry(tune.candidates("fwd", 4096)[0], fwd_current, 4096, 0.1)
+    assert fwd_entry[launch.FP32_PARAMS] == fwd_current[launch.FP32_PARAMS]
+    fp32_entry = tune.tuned_entry(
+        tune.candidates("fwd", 4096)[0], launch.table_entry(table, "fwd", 4, 4096), 4096, 0.1
+    )
+    assert launch.FP32_PARAMS not in fp32_entry
 
 
 def test_every_committed_entry_is_one_the_tuner_tries():
