@@ -214,15 +214,24 @@ def table_entry(table: dict, mode: str, itemsize: int, width: int) -> dict:
 # in every program); on the H200, 2x1024 tiles on 2 warps then ran 4-10% faster than the 16-bit entry's
 # from 2^24 elements on and 6-12% slower below 2^24 (NOTES.md v21).
 FP32_PARAMS = "fp32_params"
+# A forward entry's "folded": likewise, the tile of rows folded from a narrower width (gamma indexed modulo
+# that width, see fold_factor) from min_elements on. On the H200, folded 16-bit rows ran ~2% behind rows
+# of the entry's own width with its 4x1024 tile and 1-1.5% faster with 2x1024 at 2^26 elements, within
+# noise of it on small problems (NOTES.md v22). fp32_params comes first where both apply.
+FOLDED = "folded"
 
 
-def forward_entry(table: dict, itemsize: int, width: int, param_itemsize: int, n_elements: int) -> dict:
-    """The forward's table entry, with its fp32_params tile where that applies (see FP32_PARAMS)."""
+def forward_entry(
+    table: dict, itemsize: int, width: int, param_itemsize: int, n_elements: int, folded: bool = False
+) -> dict:
+    """The forward's table entry, with its fp32_params or folded tile where that applies (FP32_PARAMS,
+    FOLDED); width is the width the kernel sees (the folded one for folded rows)."""
     entry = table_entry(table, "fwd", itemsize, width)
-    variant = entry.get(FP32_PARAMS)
-    if variant and itemsize < 4 <= param_itemsize and n_elements >= variant["min_elements"]:
-        tile = {k: v for k, v in variant.items() if k != "min_elements"}
-        entry = {k: v for k, v in entry.items() if k != FP32_PARAMS} | tile
+    for field, applies in ((FP32_PARAMS, itemsize < 4 <= param_itemsize), (FOLDED, folded)):
+        variant = entry.get(field)
+        if variant and applies and n_elements >= variant["min_elements"]:
+            tile = {k: v for k, v in variant.items() if k != "min_elements"}
+            return {k: v for k, v in entry.items() if k not in (FP32_PARAMS, FOLDED)} | tile
     return entry
 
 
@@ -302,7 +311,7 @@ def _folded(
     if fold > 1:
         wide = N * fold
         if mode == "fwd":
-            entry = forward_entry(_table(arch), itemsize, wide, param_itemsize, M * N)
+            entry = forward_entry(_table(arch), itemsize, wide, param_itemsize, M * N, folded=True)
         else:
             entry = table_entry(_table(arch), mode, itemsize, wide)
         block_n = tile_shape(entry, wide)[1]
@@ -329,11 +338,12 @@ def plan_forward(
     M, N, itemsize, row_strides, *, param_itemsize=None, arch="default", interpreter=False
 ) -> FwdPlan:
     """One program per tile. param_itemsize: the widest of gamma's and beta's element sizes (default:
-    x's), which picks an entry's fp32_params tile (see FP32_PARAMS)."""
+    x's), which picks an entry's fp32_params tile (see FP32_PARAMS); folded rows may take its folded tile
+    (FOLDED)."""
     param_itemsize = param_itemsize or itemsize
     n_elements = M * N
     M, N, row_strides, period, ragged = _folded(M, N, row_strides, "fwd", itemsize, arch, param_itemsize)
-    entry = forward_entry(_table(arch), itemsize, N, param_itemsize, n_elements)
+    entry = forward_entry(_table(arch), itemsize, N, param_itemsize, n_elements, folded=period > 0)
     tile = tile_shape(entry, N)
     fields = _tile_fields(entry, M, N, row_strides, arch, interpreter, tile, cdiv(M, tile[0]), period, ragged)
     return FwdPlan(**fields, sign_select=entry.get("sign", "select") == "select")

@@ -30,10 +30,10 @@ PROGRAMS_PER_SM = [2, 3, 4, 6, 8]  # 2: 4x1024 backward tiles (255 registers), N
 NUM_STAGES = [3, 4]  # the backward loop's pipelining depth (dyt.kernels.dyt_bwd_kernel)
 SIGNS = ["select", "bitwise"]  # how the forward's tanh takes its sign (dyt.kernels._tanh)
 ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.kernels.dyt_bwd_kernel
-# Fields a bucket keeps from its current entry: "copies_as_rows" matters only where the entry serves
-# folded narrower widths (dyt.launch.BwdPlan), "fp32_params" only with float32 parameters on 16-bit x
-# (dyt.launch.FP32_PARAMS); timing the bucket's own width in one dtype sees neither.
-HAND_SET = ("copies_as_rows", launch.FP32_PARAMS)
+# Fields a bucket keeps from its current entry: "copies_as_rows" and "folded" matter only where the entry
+# serves folded narrower widths (dyt.launch.BwdPlan, dyt.launch.FOLDED), "fp32_params" only with float32
+# parameters on 16-bit x (dyt.launch.FP32_PARAMS); timing the bucket's own width in one dtype sees none.
+HAND_SET = ("copies_as_rows", launch.FP32_PARAMS, launch.FOLDED)
 
 
 def candidates(mode: str, width: int) -> list[dict]:

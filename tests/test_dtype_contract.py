@@ -67,8 +67,9 @@ def _fp32_params_tile(entry) -> tuple[int, int, int]:
 def test_float32_parameters_take_the_entrys_fp32_params_tile_from_its_size_on(width):
     """16-bit x with float32 gamma/beta runs the sm90 entry's fp32_params tile from min_elements on (2x1024
     on 2 warps: 4-10% faster there, 6-12% slower on smaller problems, NOTES.md v21); 16-bit parameters,
-    float32 x and smaller problems keep the entry's own tile. Folded widths (64 in rows of 1024) take the
-    variant of the entry their folded rows use."""
+    float32 x and smaller problems keep the entry's own tile (folded rows with 16-bit parameters take the
+    entry's folded tile, dyt.launch.FOLDED). Folded widths (64 in rows of 1024) take the variant of the
+    entry their folded rows use."""
     table = launch.load_table("sm90")
     entry = launch.table_entry(table, "fwd", 2, max(width, launch.FOLD_WIDTH))
     big = entry[launch.FP32_PARAMS]["min_elements"]
@@ -86,8 +87,11 @@ def test_float32_parameters_take_the_entrys_fp32_params_tile_from_its_size_on(wi
     rows = big // width
     assert tile(rows, 2, 4) == _fp32_params_tile(entry)
     assert tile(4 * rows, 2, 4) == _fp32_params_tile(entry)
-    assert tile(rows, 2, 2) == own
-    assert tile(rows, 2, None) == own
+    # 16-bit parameters: the entry's own tile, or on folded rows its folded tile (same threshold on sm90)
+    folded = entry.get(launch.FOLDED) if width < launch.FOLD_WIDTH else None
+    unmixed = (folded["BLOCK_M"], folded["BLOCK_N"], folded["num_warps"]) if folded else own
+    assert tile(rows, 2, 2) == unmixed
+    assert tile(rows, 2, None) == unmixed
     assert tile(rows - 1, 2, 4) == own
     fp32_entry = launch.table_entry(table, "fwd", 4, max(width, launch.FOLD_WIDTH))
     assert launch.FP32_PARAMS not in fp32_entry

@@ -3,6 +3,8 @@ parameters, ranks, layouts, and through every API (functional, module, torch.com
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -241,6 +243,83 @@ def test_contiguous_rows_fold(rows, width, folds, dtype, alpha, seed):
     for name, got, want in (("y", y, outs[0]), ("dx", dx, outs[1])):
         as_bits = [t.contiguous().view(bits[t.element_size()]) for t in (got, want)]
         assert torch.equal(*as_bits), f"folding changed the bits of {name}"
+
+
+def _folded_tile(entry) -> tuple[int, int, int]:
+    variant = entry[launch.FOLDED]
+    return variant["BLOCK_M"], variant["BLOCK_N"], variant["num_warps"]
+
+
+@pytest.mark.parametrize("width", [64, 128, 256, 512])
+def test_folded_rows_take_the_entrys_folded_tile_from_its_size_on(width):
+    """16-bit rows folded into the sm90 1024 entry's rows run its folded tile from min_elements on (2x1024
+    on 4 warps: 1-1.5% faster than 4x1024 at 2^26 elements, NOTES.md v22); smaller problems, rows of the
+    entry's own width, float32 x keep the entry's tile, and float32 parameters take fp32_params first."""
+    table = launch.load_table("sm90")
+    entry = launch.table_entry(table, "fwd", 2, launch.FOLD_WIDTH)
+    big = entry[launch.FOLDED]["min_elements"]
+    assert big == 2**24
+    own = (entry["BLOCK_M"], entry["BLOCK_N"], entry["num_warps"])
+    assert _folded_tile(entry) != own
+
+    def tile(rows, n, itemsize=2, param_itemsize=None):
+        plan = launch.plan_forward(rows, n, itemsize, (n, n), param_itemsize=param_itemsize, arch="sm90")
+        assert plan.gamma_period == (n if n < launch.FOLD_WIDTH else 0), plan
+        return plan.BLOCK_M, plan.BLOCK_N, plan.num_warps
+
+    rows = big // width
+    assert tile(rows, width) == _folded_tile(entry)
+    assert tile(4 * rows, width) == _folded_tile(entry)
+    assert tile(rows - 1, width) == own
+    assert tile(4 * big // launch.FOLD_WIDTH, launch.FOLD_WIDTH) == own  # not folded: the entry's own width
+    mixed = entry[launch.FP32_PARAMS]
+    assert tile(rows, width, 2, 4) == (mixed["BLOCK_M"], mixed["BLOCK_N"], mixed["num_warps"])
+    fp32_entry = launch.table_entry(table, "fwd", 4, launch.FOLD_WIDTH)
+    assert launch.FOLDED not in fp32_entry
+    assert tile(rows, width, 4) == (fp32_entry["BLOCK_M"], fp32_entry["BLOCK_N"], fp32_entry["num_warps"])
+
+
+@pytest.mark.parametrize(("rows", "width"), [(48, 64), (50, 64), (40, 256), (8, 512)], ids=str)
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("alpha", [None, float("inf")], ids=["alpha", "inf_alpha"])
+def test_folded_tile_gives_the_bits_of_the_entrys_own(rows, width, dtype, alpha, seed):
+    """The committed table's folded tile, made to apply at any size: against the reference (50 x 64 leaves
+    the last folded row in part; an infinite alpha makes NaN wherever padding were not masked), and y bit
+    for bit that of the entry's own tile (the tile moves elements between lanes, not their arithmetic)."""
+    table = copy.deepcopy(launch.load_table(launcher.device_facts(device())[0]))
+    if launch.FOLDED not in launch.table_entry(table, "fwd", 2, launch.FOLD_WIDTH):
+        table = copy.deepcopy(launch.load_table("sm90"))  # the default table has none: take sm90's
+    own = launch.table_entry(table, "fwd", 2, launch.FOLD_WIDTH)
+    own_tile = (own["BLOCK_M"], own["BLOCK_N"], own["num_warps"])
+    without = copy.deepcopy(table)
+    for entry in without["fwd"]["16bit"]:
+        entry.pop(launch.FOLDED, None)
+    for entry in table["fwd"]["16bit"]:
+        if launch.FOLDED in entry:
+            entry[launch.FOLDED]["min_elements"] = 1
+    inp = make_inputs((rows, width), DTYPES[dtype], seed=seed, alpha=alpha)
+    ys = []
+    for tab, want in ((table, _folded_tile(own)), (without, own_tile)):
+        with launch.overrides(table=tab):
+            plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
+            assert (plan.BLOCK_M, plan.BLOCK_N, plan.num_warps, plan.gamma_period) == (*want, width), plan
+            outs = run(inp)
+        check_against_reference(inp, outs)
+        ys.append(outs[0].view(torch.int16))
+    assert torch.equal(*ys), "the folded tile changed the bits of y"
+
+
+@pytest.mark.gpu_only
+def test_folded_tile_at_its_threshold(seed):
+    """On the GPU, the committed table as it is, at its folded threshold: 262144 x 64 bf16 (2^24 elements,
+    in rows of 1024) against the float64 reference."""
+    inp = make_inputs((262144, 64), torch.bfloat16, seed=seed)
+    plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
+    entry = launch.table_entry(launch.load_table(launcher.device_facts(device())[0]), "fwd", 2, plan.N)
+    assert plan.gamma_period == 64
+    if launch.FOLDED in entry:
+        assert (plan.BLOCK_M, plan.BLOCK_N, plan.num_warps) == _folded_tile(entry), plan
+    check_against_reference(inp, run(inp))
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))

@@ -36,7 +36,7 @@ def test_the_backward_tries_column_blocks_from_2048():
 def test_a_retune_keeps_the_hand_set_fields_of_the_entry_it_replaces():
     """copies_as_rows matters only where a bucket's entry serves folded narrower widths, which timing the
     bucket's own width cannot see: the sm90 16-bit backward's 1024 entry keeps it, other buckets get none.
-    Likewise fp32_params, which only float32 parameters on 16-bit x use."""
+    Likewise fp32_params, which only float32 parameters on 16-bit x use, and the forward's folded tile."""
     table = launch.load_table("sm90")
     best = tune.candidates("bwd", 1024)[0]
     current = launch.table_entry(table, "bwd", 2, 1024)
@@ -53,6 +53,11 @@ def test_a_retune_keeps_the_hand_set_fields_of_the_entry_it_replaces():
         tune.candidates("fwd", 4096)[0], launch.table_entry(table, "fwd", 4, 4096), 4096, 0.1
     )
     assert launch.FP32_PARAMS not in fp32_entry
+    # folded (the forward's tile for rows folded from narrower widths) likewise, in the 1024 entry only
+    fwd_1024 = launch.table_entry(table, "fwd", 2, 1024)
+    kept = tune.tuned_entry(tune.candidates("fwd", 1024)[0], fwd_1024, 1024, 0.1)
+    assert kept[launch.FOLDED] == fwd_1024[launch.FOLDED]
+    assert launch.FOLDED not in fwd_entry
 
 
 def test_every_committed_entry_is_one_the_tuner_tries():
