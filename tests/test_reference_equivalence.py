@@ -154,6 +154,30 @@ def test_custom_op_path(path, seed):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_the_tolerance_ulp_is_exact_at_powers_of_two(dtype):
+    """The 16-bit rule's ulp, where the check runs (the GPU in GPU runs): at a power of two it is the
+    spacing of the binade above, just below it the one below, and the subnormal spacing near zero. On the
+    GPU, floor(log2(2^-117)) gave -118 and failed a correct dx in test_saturated_tail (DYT_SEED=41)."""
+    dt = DTYPES[dtype]
+    bits = {torch.bfloat16: 7, torch.float16: 10}[dt]
+    finfo = torch.finfo(dt)
+    lo = int(torch.log2(torch.tensor(finfo.tiny)).round())  # the smallest normal exponent
+    powers = torch.arange(lo, int(torch.log2(torch.tensor(finfo.max)).floor()) + 1, dtype=torch.float64)
+    at = torch.exp2(powers)
+    below = at[1:] - torch.exp2(powers[1:] - 1 - bits)  # the dtype's largest value below each (normal)
+    assert torch.equal(below.to(dt).double(), below)
+
+    def spacing(values):
+        return ulp(values.to(device()), dt).cpu()
+
+    assert torch.equal(spacing(at), torch.exp2(powers - bits))
+    assert torch.equal(spacing(-at), torch.exp2(powers - bits))
+    assert torch.equal(spacing(below), torch.exp2(powers[1:] - 1 - bits))
+    subnormal = torch.tensor([0.0, finfo.tiny / 4, finfo.tiny * (1 - 2.0**-bits)], dtype=torch.float64)
+    assert torch.equal(spacing(subnormal), torch.full((3,), finfo.tiny * 2.0**-bits, dtype=torch.float64))
+
+
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_saturated_tail(path, seed):
     """|alpha * x| from 20 to 60 in bfloat16: tanh is +-1 to float32, but sech^2 = 4 exp(-2|z|) still

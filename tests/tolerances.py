@@ -21,11 +21,15 @@ MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10}
 
 
 def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Spacing of dtype at the reference rounded to dtype (float64 result); subnormal spacing near 0."""
+    """Spacing of dtype at the reference rounded to dtype (float64 result); subnormal spacing near 0.
+
+    Exact by construction: frexp's exponent, and the power of two built from its bits. floor(log2(r)) put
+    2^-117 in the binade below on the GPU (DYT_SEED=41, NOTES.md v22): half the spacing, a false failure."""
     finfo = torch.finfo(dtype)
-    r = values.to(dtype).to(torch.float64).abs()
-    exponent = torch.floor(torch.log2(r.clamp_min(finfo.tiny)))
-    return torch.exp2(exponent - MANTISSA_BITS[dtype]).clamp_min(finfo.tiny * 2.0 ** -MANTISSA_BITS[dtype])
+    r = values.to(dtype).to(torch.float64).abs().clamp_min(finfo.tiny)
+    exponent = torch.frexp(r).exponent.to(torch.int64) - 1  # r = m 2^e with m in [0.5, 1)
+    spacing = ((exponent - MANTISSA_BITS[dtype] + 1023) << 52).view(torch.float64)
+    return spacing.clamp_min(finfo.tiny * 2.0 ** -MANTISSA_BITS[dtype])
 
 
 def assert_same_nonfinite(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
