@@ -17,8 +17,10 @@ from triton.language.extra import libdevice
 # polynomial near 0, exp2 and a reciprocal elsewhere; a few float32 ulps), 1 libdevice (CUDA's tanhf; no
 # interpreter implementation), 2 hw_approx (PTX tanh.approx.f32, relative error ~2^-11: opt-in, GPU only).
 
-# Below this |z| the polynomial is used; at and above it, 1 - 2 / (exp(2|z|) + 1).
+# Below this |z| the polynomial is used; at and above it, 1 - 2 / (exp(2|z|) + 1). The forward may take the
+# short polynomial instead (POLY_TERMS = 3, a table entry's "poly"), below its own limit.
 _POLY_LIMIT = tl.constexpr(0.6)
+_SHORT_POLY_LIMIT = tl.constexpr(0.4)
 _TWO_LOG2E = tl.constexpr(2.8853900817779268)  # 2 / ln(2): exp(2a) = exp2(2a / ln 2)
 _NEG_LOG2E = tl.constexpr(-1.4426950408889634)  # exp(-a) = exp2(a * -1 / ln 2): one multiply
 
@@ -63,6 +65,18 @@ def _tanh_poly(z):
 
 
 @triton.jit
+def _tanh_poly_short(z):
+    """tanh(z) = z + z^3 P(z^2) with 3 coefficients on [0, 0.4] (fit weighted to relative error): two FFMA
+    fewer than _tanh_poly. 2.4 float32 ulps there, and 1 - 2 / (exp(2|z|) + 1) loses up to ~3.8 ulps to
+    cancellation just above 0.4 on the GPU (against ~2.3 above 0.6): inside the suites' 8 float32 ulps."""
+    s = z * z
+    p = -0.047794003039598465
+    p = p * s + 0.13277624547481537
+    p = p * s - 0.333318829536438
+    return z + (z * s) * p
+
+
+@triton.jit
 def _with_sign_of(magnitude, z):
     """magnitude (>= 0 or NaN) with the sign bit of z: one bitwise op, where a compare and a select of
     +-magnitude take three."""
@@ -71,20 +85,33 @@ def _with_sign_of(magnitude, z):
 
 
 @triton.jit
-def _tanh(z, TANH: tl.constexpr, APPROX: tl.constexpr, SIGN_SELECT: tl.constexpr):
+def _poly(z, POLY_TERMS: tl.constexpr):
+    if POLY_TERMS == 3:
+        t = _tanh_poly_short(z)
+    else:
+        t = _tanh_poly(z)
+    return t
+
+
+@triton.jit
+def _tanh(z, TANH: tl.constexpr, APPROX: tl.constexpr, SIGN_SELECT: tl.constexpr,
+          POLY_TERMS: tl.constexpr = 5):  # fmt: skip
     """tanh(z) in float32 (the forward's helper). TANH picks the method; the interpreter has only 0.
 
     SIGN_SELECT picks how method 0 gives the exp branch its sign: a compare and select, or one bitwise op
     (_with_sign_of). Same bits either way; the compiler's registers and schedule differ, and which one is
-    faster depends on the tile (measured per launch-table entry, NOTES.md v13).
+    faster depends on the tile (measured per launch-table entry, NOTES.md v13). POLY_TERMS (5 or 3) picks
+    method 0's polynomial and its limit: 3 saves two FFMA per element for ~1.5 float32 ulps more error,
+    faster at some tiles and slower at others (a table entry's "poly", NOTES.md v23).
     """
     if TANH == 0:
+        LIMIT: tl.constexpr = _SHORT_POLY_LIMIT if POLY_TERMS == 3 else _POLY_LIMIT
         a = tl.abs(z)
         t_exp = 1.0 - 2.0 * _rcp(_exp2(a * _TWO_LOG2E, APPROX) + 1.0, APPROX)  # past |z| ~ 44: inf, so t = 1
         if SIGN_SELECT:
-            t = tl.where(a < _POLY_LIMIT, _tanh_poly(z), tl.where(z < 0, -t_exp, t_exp))
+            t = tl.where(a < LIMIT, _poly(z, POLY_TERMS), tl.where(z < 0, -t_exp, t_exp))
         else:
-            t = _with_sign_of(tl.where(a < _POLY_LIMIT, _tanh_poly(a), t_exp), z)
+            t = _with_sign_of(tl.where(a < LIMIT, _poly(a, POLY_TERMS), t_exp), z)
     elif TANH == 1:
         t = libdevice.tanh(z)
     else:
@@ -192,7 +219,7 @@ def dyt_fwd_kernel(
     M, N, n_elements, stride_xm, stride_ym,
     HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, N_COL_BLOCKS: tl.constexpr,
     INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr, GAMMA_PERIOD: tl.constexpr,
-    RAGGED: tl.constexpr, SIGN_SELECT: tl.constexpr, PDL: tl.constexpr,
+    RAGGED: tl.constexpr, SIGN_SELECT: tl.constexpr, PDL: tl.constexpr, POLY_TERMS: tl.constexpr,
 ):  # fmt: skip
     """y = gamma * tanh(alpha * x) + beta for one BLOCK_M x BLOCK_N tile per program. With RAGGED folded
     rows the tensors hold n_elements, the last of the M rows in part.
@@ -224,7 +251,7 @@ def dyt_fwd_kernel(
         beta = tl.load(BETA + index, mask=col_ok, other=0.0)
     x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
 
-    t = _tanh(alpha * x.to(tl.float32), TANH, APPROX, SIGN_SELECT)
+    t = _tanh(alpha * x.to(tl.float32), TANH, APPROX, SIGN_SELECT, POLY_TERMS)
     y = gamma.to(tl.float32)[None, :] * t
     if HAS_BETA:
         y = y + beta.to(tl.float32)[None, :]

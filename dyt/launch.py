@@ -117,6 +117,7 @@ class FwdPlan(TilePlan):
     """One tile per program."""
 
     sign_select: bool  # how tanh takes its sign (dyt.kernels._tanh): the table entry's "sign"
+    poly_terms: int = 5  # tanh's polynomial (dyt.kernels._tanh): the table entry's "poly", 5 or 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,6 +220,10 @@ FP32_PARAMS = "fp32_params"
 # of the entry's own width with its 4x1024 tile and 1-1.5% faster with 2x1024 at 2^26 elements, within
 # noise of it on small problems (NOTES.md v22). fp32_params comes first where both apply.
 FOLDED = "folded"
+# A forward entry's (or its variant's) "poly": the terms of tanh's polynomial near 0 (dyt.kernels._tanh). 3
+# saves two FFMA per element; on the H200 that made 2048 columns (2x2048x8) 3-5% and the folded 2x1024x4
+# tiles ~1% faster, 4x1024x4 at 1024 columns ~0.6% slower (NOTES.md v23).
+POLY_TERMS = (5, 3)
 
 
 def forward_entry(
@@ -346,7 +351,10 @@ def plan_forward(
     entry = forward_entry(_table(arch), itemsize, N, param_itemsize, n_elements, folded=period > 0)
     tile = tile_shape(entry, N)
     fields = _tile_fields(entry, M, N, row_strides, arch, interpreter, tile, cdiv(M, tile[0]), period, ragged)
-    return FwdPlan(**fields, sign_select=entry.get("sign", "select") == "select")
+    poly = entry.get("poly", 5)
+    if poly not in POLY_TERMS:
+        raise ValueError(f"launch table: a forward entry's poly must be one of {POLY_TERMS}, got {poly!r}")
+    return FwdPlan(**fields, sign_select=entry.get("sign", "select") == "select", poly_terms=poly)
 
 
 def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", interpreter=False) -> BwdPlan:

@@ -130,7 +130,7 @@ def launch_forward(plan, x2d, y, alpha, gamma, beta) -> None:
             dict(HAS_BETA=has_beta, BLOCK_M=plan.BLOCK_M, BLOCK_N=plan.BLOCK_N,
                  N_COL_BLOCKS=plan.n_col_blocks, INT64=plan.int64, TANH=plan.tanh, PDL=plan.pdl,
                  APPROX=not interpreter_active(), GAMMA_PERIOD=plan.gamma_period, RAGGED=plan.ragged,
-                 SIGN_SELECT=plan.sign_select),
+                 SIGN_SELECT=plan.sign_select, POLY_TERMS=plan.poly_terms),
             direct=not interpreter_active(), num_warps=plan.num_warps, launch_pdl=plan.pdl,
         )  # fmt: skip
 

@@ -33,7 +33,8 @@ ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.k
 # Fields a bucket keeps from its current entry: "copies_as_rows" and "folded" matter only where the entry
 # serves folded narrower widths (dyt.launch.BwdPlan, dyt.launch.FOLDED), "fp32_params" only with float32
 # parameters on 16-bit x (dyt.launch.FP32_PARAMS); timing the bucket's own width in one dtype sees none.
-HAND_SET = ("copies_as_rows", launch.FP32_PARAMS, launch.FOLDED)
+# "poly" (dyt.launch.POLY_TERMS) is set by hand from probes, which no candidate list of the tuner holds yet.
+HAND_SET = ("copies_as_rows", launch.FP32_PARAMS, launch.FOLDED, "poly")
 
 
 def candidates(mode: str, width: int) -> list[dict]:

@@ -293,6 +293,10 @@ def test_folded_rows_take_the_entrys_folded_tile_from_its_size_on(width):
 
     rows = big // width
     assert tile(rows, width) == _folded_tile(entry)
+    # the folded tile's polynomial (3 terms on sm90) comes with it; the entry's own plans keep 5
+    poly = launch.plan_forward(rows, width, 2, (width, width), arch="sm90").poly_terms
+    assert poly == entry[launch.FOLDED].get("poly", 5) == 3
+    assert launch.plan_forward(rows - 1, width, 2, (width, width), arch="sm90").poly_terms == 5
     assert tile(4 * rows, width) == _folded_tile(entry)
     assert tile(rows - 1, width) == own
     assert tile(4 * big // launch.FOLD_WIDTH, launch.FOLD_WIDTH) == own  # not folded: the entry's own width
@@ -309,15 +313,18 @@ def test_folded_rows_take_the_entrys_folded_tile_from_its_size_on(width):
 def test_folded_tile_gives_the_bits_of_the_entrys_own(rows, width, dtype, alpha, seed):
     """The committed table's folded tile, made to apply at any size: against the reference (50 x 64 leaves
     the last folded row in part; an infinite alpha makes NaN wherever padding were not masked), and y bit
-    for bit that of the entry's own tile (the tile moves elements between lanes, not their arithmetic)."""
+    for bit that of the entry's own tile on the same polynomial (the tile moves elements between lanes, not
+    their arithmetic)."""
     table = copy.deepcopy(launch.load_table(launcher.device_facts(device())[0]))
     if launch.FOLDED not in launch.table_entry(table, "fwd", 2, launch.FOLD_WIDTH):
         table = copy.deepcopy(launch.load_table("sm90"))  # the default table has none: take sm90's
     own = launch.table_entry(table, "fwd", 2, launch.FOLD_WIDTH)
     own_tile = (own["BLOCK_M"], own["BLOCK_N"], own["num_warps"])
-    without = copy.deepcopy(table)
+    without = copy.deepcopy(table)  # the entry's own tile, on the folded tile's polynomial
     for entry in without["fwd"]["16bit"]:
-        entry.pop(launch.FOLDED, None)
+        variant = entry.pop(launch.FOLDED, None)
+        if variant:
+            entry["poly"] = variant.get("poly", 5)
     for entry in table["fwd"]["16bit"]:
         if launch.FOLDED in entry:
             entry[launch.FOLDED]["min_elements"] = 1
@@ -365,6 +372,61 @@ def test_both_forward_sign_forms_give_the_same_bits(path, dtype, seed):
             check_against_reference(inp, outs, label=f"sign {sign}: ")
         ys.append(outs[0].contiguous().view(torch.int16 if dt != torch.float32 else torch.int32))
     assert torch.equal(*ys), "the two sign forms disagree in some bit of y"
+
+
+def _with_poly(table: dict, terms: int) -> dict:
+    """The table with every forward entry, and every variant tile in it, on `terms` polynomial terms."""
+    table = copy.deepcopy(table)
+    for entries in table["fwd"].values():
+        for entry in entries:
+            entry["poly"] = terms
+            for field in (launch.FP32_PARAMS, launch.FOLDED):
+                if field in entry:
+                    entry[field]["poly"] = terms
+    return table
+
+
+@pytest.mark.parametrize("terms", launch.POLY_TERMS)
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_both_forward_polynomials_meet_the_contract(terms, dtype, seed):
+    """The table picks per entry tanh's polynomial near 0 (5 terms below |z| = 0.6, or 3 below 0.4): each,
+    everywhere, against the reference with |alpha x| spread over [0, 1.5], where the polynomial hands over
+    to 1 - 2 / (exp(2|z|) + 1), through folded (64), whole (1024) and split (768) rows."""
+    dt = DTYPES[dtype]
+    table = _with_poly(launch.load_table(launcher.device_facts(device())[0]), terms)
+    for rows, width in ((48, 64), (9, 1024), (7, 768)):
+        inp = make_inputs((rows, width), dt, seed=seed, alpha=0.75)
+        gen = torch.Generator().manual_seed(seed)
+        x = (torch.rand(rows, width, generator=gen) * 4 - 2).to(dt).to(inp.x.device)
+        inp.x = x.requires_grad_()
+        with launch.overrides(table=table):
+            assert plans_for((rows, width), dt)[0].poly_terms == terms
+            check_against_reference(inp, run(inp), label=f"poly {terms}: ")
+
+
+@pytest.mark.parametrize("terms", launch.POLY_TERMS)
+def test_each_forward_polynomial_stays_within_four_float32_ulps(terms):
+    """y = tanh(x) in float32 (gamma 1, beta 0, alpha 1) at 2^16 points of |z| in [0, 1.2], both signs,
+    element by element: the 3-term polynomial (up to 2.4 float32 ulps) and the exp branch it hands over
+    to at 0.4 (up to 3.8 on the H200) stay within 4, the 5-term form within its ~2.3."""
+    z = torch.linspace(0, 1.2, 2**16, dtype=torch.float32)
+    x = torch.cat([z, -z]).view(-1, 1024).to(device())
+    ones, zeros = torch.ones(1024, device=x.device), torch.zeros(1024, device=x.device)
+    with launch.overrides(table=_with_poly(launch.load_table(launcher.device_facts(device())[0]), terms)):
+        y = dyt.dyt(x, torch.ones(1, device=x.device), ones, zeros)
+    ref = torch.tanh(x.double())
+    r = ref.abs().clamp_min(torch.finfo(torch.float32).tiny)
+    spacing = ((torch.frexp(r).exponent.to(torch.int64) - 24 + 1023) << 52).view(torch.float64)
+    worst = float(((y.double() - ref).abs() / spacing).max())
+    assert worst <= 4.0, f"poly {terms}: {worst:.2f} float32 ulps"
+
+
+def test_a_forward_entrys_poly_must_be_known():
+    table = copy.deepcopy(launch.load_table("sm90"))
+    for entry in table["fwd"]["16bit"]:
+        entry["poly"] = 4
+    with launch.overrides(table=table), pytest.raises(ValueError, match="poly must be one of"):
+        launch.plan_forward(4096, 64, 2, (64, 64), arch="sm90")
 
 
 def test_launch_call_sites_pass_their_constants_last(monkeypatch, seed):
