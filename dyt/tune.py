@@ -29,12 +29,12 @@ WIDE_FROM = {"fwd": 2048, "bwd": 2048}  # fwd from 2048: 1x1024x4 beat 2x2048x8 
 PROGRAMS_PER_SM = [2, 3, 4, 6, 8]  # 2: 4x1024 backward tiles (255 registers), NOTES.md v18
 NUM_STAGES = [3, 4]  # the backward loop's pipelining depth (dyt.kernels.dyt_bwd_kernel)
 SIGNS = ["select", "bitwise"]  # how the forward's tanh takes its sign (dyt.kernels._tanh)
+POLYS = [{}, {"poly": 3}]  # the forward tanh's polynomial (dyt.launch.POLY_TERMS): 5 terms (no field) or 3
 ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.kernels.dyt_bwd_kernel
 # Fields a bucket keeps from its current entry: "copies_as_rows" and "folded" matter only where the entry
 # serves folded narrower widths (dyt.launch.BwdPlan, dyt.launch.FOLDED), "fp32_params" only with float32
 # parameters on 16-bit x (dyt.launch.FP32_PARAMS); timing the bucket's own width in one dtype sees none.
-# "poly" (dyt.launch.POLY_TERMS) is set by hand from probes, which no candidate list of the tuner holds yet.
-HAND_SET = ("copies_as_rows", launch.FP32_PARAMS, launch.FOLDED, "poly")
+HAND_SET = ("copies_as_rows", launch.FP32_PARAMS, launch.FOLDED)
 
 
 def candidates(mode: str, width: int) -> list[dict]:
@@ -47,7 +47,7 @@ def candidates(mode: str, width: int) -> list[dict]:
                 continue
             entry = {"max_width": None, "BLOCK_M": tile // block_n, "BLOCK_N": block_n, "num_warps": warps}
             if mode == "fwd":
-                out += [{**entry, "sign": sign} for sign in SIGNS]
+                out += [{**entry, "sign": sign, **poly} for sign in SIGNS for poly in POLYS]
                 continue
             for pps in PROGRAMS_PER_SM:
                 for order in ROW_ORDERS:

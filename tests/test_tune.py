@@ -12,13 +12,15 @@ pytestmark = pytest.mark.tooling
 @pytest.mark.parametrize("mode", ["fwd", "bwd"])
 @pytest.mark.parametrize("width", [w or 16384 for w in tune.WIDTH_BUCKETS])
 def test_every_candidate_plans(mode, width):
-    """Each candidate, put in a table alone, gives a plan that covers the bandwidth shape."""
+    """Each candidate, put in a table alone, gives a plan that covers the bandwidth shape (and, forward,
+    takes the candidate's polynomial: the tuner times both, dyt.tune.POLYS)."""
     rows = 2**26 // width
     for entry in tune.candidates(mode, width):
         table = {m: {b: [entry] for b in tune.BUCKET_DTYPES} for m in ("fwd", "bwd")}
         with launch.overrides(table=table):
             if mode == "fwd":
                 plan = launch.plan_forward(rows, width, 2, (width, width), arch="sm90")
+                assert plan.poly_terms == entry.get("poly", 5)
             else:
                 plan = launch.plan_backward(rows, width, 2, (width,) * 3, sm_count=132, arch="sm90")
                 assert plan.num_stages == entry["num_stages"]
@@ -80,6 +82,6 @@ def test_every_committed_entry_is_one_the_tuner_tries():
 @pytest.mark.parametrize("width", [w or 16384 for w in tune.WIDTH_BUCKETS])
 def test_no_candidate_is_timed_twice(mode, width):
     """A block wider than the row shrinks to the row's width, so it would repeat a narrower candidate."""
-    shapes = [(launch.tile_shape(c, width), c.get("sign"), c.get("programs_per_sm"), c.get("row_order"),
-               c.get("num_stages"), c["num_warps"]) for c in tune.candidates(mode, width)]  # fmt: skip
+    knobs = ("sign", "poly", "programs_per_sm", "row_order", "num_stages", "num_warps")
+    shapes = [(launch.tile_shape(c, width), *(c.get(k) for k in knobs)) for c in tune.candidates(mode, width)]
     assert len(shapes) == len(set(shapes))
