@@ -222,7 +222,8 @@ FP32_PARAMS = "fp32_params"
 FOLDED = "folded"
 # A forward entry's (or its variant's) "poly": the terms of tanh's polynomial near 0 (dyt.kernels._tanh). 3
 # saves two FFMA per element; on the H200 that made 2048 columns (2x2048x8) 3-5% and the folded 2x1024x4
-# tiles ~1% faster, 4x1024x4 at 1024 columns ~0.6% slower (NOTES.md v23).
+# tiles ~1% faster, 4x1024x4 at 1024 columns ~0.6% slower (NOTES.md v23). A variant tile without a "poly"
+# of its own runs its entry's.
 POLY_TERMS = (5, 3)
 
 
