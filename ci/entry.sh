@@ -10,7 +10,9 @@
 #   and, when $GITHUB_STEP_SUMMARY is set, appends summary.md there (truncated to stay under 1 MiB).
 #
 # Exit code: the GPU matrix's. Bench and report failures are reported but do not change it, except a
-# failed regression gate (bench run with --compare), which is an error unless DYT_GATE=warn.
+# failed regression gate (bench run with --compare), which is an error unless DYT_GATE=warn, and so is a
+# gate that could not run: a bench stopped early (exit 3, SIGTERM from a time limit) writes the rows it
+# finished, marked "incomplete", and the report says so.
 #
 # Environment:
 #   DYT_REPORTS       where reports go (default: <repo>/reports)
@@ -138,7 +140,20 @@ PY
   "${bench_cmd[@]}"
   bench_rc=$?
   set -e
-  if [[ $bench_rc -ne 0 && -n "$baseline" ]]; then
+  if [[ $bench_rc -eq 3 ]]; then  # dyt.bench.STOPPED: SIGTERM or Ctrl-C; the rows so far are written
+    what="bench stopped early (exit 3): its rows so far are in $REPORTS/perf/ (\"incomplete\")"
+    if [[ -n "$baseline" ]]; then
+      gate_failed=1
+      gate_rc=$bench_rc
+      if [[ "${DYT_GATE:-error}" == "warn" ]]; then
+        warn "$what; the regression gate against $baseline did not run; DYT_GATE=warn keeps it a warning"
+      else
+        error "$what; the regression gate against $baseline did not run (set DYT_GATE=warn to only warn)"
+      fi
+    else
+      warn "$what; the exit code stays the GPU matrix's"
+    fi
+  elif [[ $bench_rc -ne 0 && -n "$baseline" ]]; then
     gate_failed=1
     gate_rc=$bench_rc
     if [[ "${DYT_GATE:-error}" == "warn" ]]; then

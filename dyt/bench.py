@@ -20,6 +20,7 @@ import gc
 import json
 import math
 import re
+import signal
 import statistics
 import sys
 import time
@@ -735,7 +736,12 @@ def main(args: argparse.Namespace) -> int:
     for c in copies:
         graph = f", {c['graph_gbps']:.0f} GB/s in graph replays" if "graph_gbps" in c else ""
         print(f"copy moving {c['bytes_moved'] / 1e6:.0f} MB: {c['gbps']:.0f} GB/s{graph}", file=sys.stderr)
-    records = run_all(cases, providers, modes, device, timer, ceiling["gbps"], args.seed)
+    stopped: list[str] = []
+    previous = signal.signal(signal.SIGTERM, _stop_on_signal)  # `timeout` running out: keep what is measured
+    try:
+        records = run_all(cases, providers, modes, device, timer, ceiling["gbps"], args.seed, stopped)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     report = {
         "env": env,
         "ceiling_gbps": ceiling["gbps"],
@@ -754,29 +760,61 @@ def main(args: argparse.Namespace) -> int:
         "cold_start_s": cold_starts(records),
         "records": records,
     }
+    total = len(cases) * len(providers) * len(modes)
+    if stopped:
+        report["incomplete"] = {"records": len(records), "of": total, "stopped_by": stopped[0]}
     path = perf_path(Path(args.out), env)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(_json_safe(report), indent=1) + "\n")
     failed = sum(1 for r in records if r["error"])
     print(f"wrote {path} ({len(records)} records, {failed} with errors)")
+    if stopped:
+        print(f"bench: stopped by {stopped[0]} after {len(records)} of {total} rows; those are in {path}",
+              file=sys.stderr)  # fmt: skip
+        return STOPPED
     if args.compare:
         return gate_files(path, args.compare, margin=args.margin, strict=args.strict)
     return 0
 
 
-def run_all(cases, providers, modes, device, timer, ceiling_gbps, seed) -> list[dict]:
-    """All cases, under a progress bar (one tick per provider x mode x case)."""
+STOPPED = 3  # the exit status of a bench stopped early (its rows so far written, no gate)
+
+
+class BenchStopped(BaseException):
+    """Raised by SIGTERM in the measuring loop. A BaseException, so that no row's `except Exception` (which
+    turns a failing provider into a row) swallows it."""
+
+
+def _stop_on_signal(signum, frame):
+    raise BenchStopped(signal.Signals(signum).name)
+
+
+def run_all(
+    cases, providers, modes, device, timer, ceiling_gbps, seed, stopped: list | None = None
+) -> list[dict]:
+    """All cases, under a progress bar (one tick per provider x mode x case). With a `stopped` list, a
+    BenchStopped (SIGTERM) or Ctrl-C ends the loop instead of the process: the rows finished so far, those
+    of the case it was in included, come back, and the signal's name goes into `stopped`."""
     total = len(cases) * len(providers) * len(modes)
     bar = _progress(total)
     records: list[dict] = []
+    case_rows: list[dict] = []
 
     def tick(rec):
+        case_rows.append(rec)
         bar.set_postfix_str(f"{rec['provider']} {rec['M']}x{rec['N']} {rec['dtype']} {rec['mode']}")
         bar.update(1)
 
     try:
         for i, case in enumerate(cases):
+            case_rows.clear()
             records += run_case(case, providers, modes, device, timer, ceiling_gbps, seed + i, on_record=tick)
+    except (BenchStopped, KeyboardInterrupt) as exc:
+        if stopped is None:
+            raise
+        fill_speedups(case_rows)
+        records += case_rows
+        stopped.append(str(exc) if isinstance(exc, BenchStopped) else "SIGINT")
     finally:
         bar.close()
     return records

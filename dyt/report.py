@@ -390,6 +390,11 @@ def perf_section(path: Path | None, perf: dict | None, others: list[Path], plots
         f"torch {env.get('torch')}, triton {env.get('triton')}, {env.get('timestamp_utc') or ''}."
     )
     out.append("")
+    stop = perf.get("incomplete")
+    if isinstance(stop, dict):
+        done = f"after {stop.get('records')} of {stop.get('of')} rows"
+        out += [f"**Incomplete run**: stopped by {stop.get('stopped_by')} {done} (a time limit, most often); "
+                "below are the rows it finished.", ""]  # fmt: skip
     out.append(f"Copy ceiling (device-to-device, bytes read + written): **{_fmt(ceiling, '.0f')} GB/s**.")
     copies = [c for c in perf.get("copies_at_traffic") or [] if _num(c.get("gbps")) and ceiling]
     if copies:

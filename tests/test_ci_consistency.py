@@ -337,6 +337,22 @@ def test_entry_gates_against_this_gpus_baseline(entry):
     assert "-m dyt bench" in calls, calls  # no baseline of this GPU: no gate
 
 
+def test_entry_names_a_stopped_bench(entry):
+    """Exit 3 from the bench (dyt.bench.STOPPED: a time limit's SIGTERM) says so: its rows so far are
+    written and the gate did not run, an error where there was a gate to run (DYT_GATE=warn: a warning)."""
+    proc, _ = entry(STUB_BENCH_RC="3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "bench stopped early (exit 3)" in proc.stdout + proc.stderr
+    (entry.reports / "baselines" / "h200-1.json").write_text(json.dumps({"env": {"gpu_name": "NVIDIA H200"}}))
+    proc, _ = entry(STUB_GPU="NVIDIA H200", STUB_BENCH_RC="3")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert (
+        "regression gate against" in proc.stdout + proc.stderr and "did not run" in proc.stdout + proc.stderr
+    )
+    proc, _ = entry(STUB_GPU="NVIDIA H200", STUB_BENCH_RC="3", DYT_GATE="warn")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_entry_skips_bench_and_fills_the_step_summary(entry, tmp_path):
     summary = tmp_path / "step-summary.md"
     proc, calls = entry(DYT_SKIP_BENCH="1", GITHUB_STEP_SUMMARY=str(summary), STUB_SUMMARY_BYTES="2000000")

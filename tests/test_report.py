@@ -11,9 +11,11 @@ import copy
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -138,6 +140,17 @@ def test_report_shows_copies_at_a_modes_traffic(reports):
     path.write_text(json.dumps(perf))
     md = report.render(reports).read_text()
     assert "268 MB 0.960 (graph 0.980)" in md  # against the fixture's 4225 GB/s ceiling
+
+
+def test_report_says_a_bench_run_was_stopped(reports):
+    perf = _perf()
+    path = next((reports / "perf").glob("*.json"))
+    md = report.render(reports).read_text()
+    assert "Incomplete run" not in md
+    perf["incomplete"] = {"records": 229, "of": 246, "stopped_by": "SIGTERM"}
+    path.write_text(json.dumps(perf))
+    md = report.render(reports).read_text()
+    assert "**Incomplete run**: stopped by SIGTERM after 229 of 246 rows" in md
 
 
 def test_copies_at_traffic_move_each_modes_bytes():
@@ -374,6 +387,42 @@ def test_harness_records_on_cpu():
     for rec in (r for r in records if r["provider"] == "liger"):
         assert rec["error"] == "unavailable: ImportError: No module named 'liger_kernel'"
         assert rec["median_ms"] is None and rec["gbps"] is None
+
+
+def test_a_stopped_bench_keeps_the_rows_it_finished():
+    """SIGTERM (a time limit running out) in the measuring loop: run_all returns every finished row, those
+    of the case it stopped in included, and names the signal; without a `stopped` list it propagates."""
+    calls = []
+    inner = bench.wallclock_timer(1)
+
+    def timer(fn, grads):
+        calls.append(1)
+        if len(calls) == 4:  # the second case's backward: its forward row is done
+            bench._stop_on_signal(signal.SIGTERM, None)
+        return inner(fn, grads)
+
+    cases = [
+        bench.Case(32, 16, "float32", "float32", "custom"),
+        bench.Case(64, 16, "float32", "float32", "custom"),
+    ]
+    stopped = []
+    records = bench.run_all(cases, ["eager"], ["fwd", "bwd"], "cpu", timer, 100.0, 0, stopped)
+    assert stopped == ["SIGTERM"]
+    assert [(r["M"], r["mode"]) for r in records] == [(32, "fwd"), (32, "bwd"), (64, "fwd")]
+    assert all(r["error"] is None and r["median_ms"] > 0 for r in records)
+    calls.clear()
+    with pytest.raises(bench.BenchStopped):
+        bench.run_all(cases, ["eager"], ["fwd", "bwd"], "cpu", timer, 100.0, 0)
+
+
+def test_sigterm_raises_bench_stopped_where_the_bench_installs_it():
+    previous = signal.signal(signal.SIGTERM, bench._stop_on_signal)
+    try:
+        with pytest.raises(bench.BenchStopped, match="SIGTERM"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs at the next bytecode; never this long
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def test_speedup_is_fastest_peer_over_ours():
