@@ -55,6 +55,12 @@ error() {
 }
 quoted() { printf '%q ' "$@"; }
 
+# A SIGTERM (a time limit: `timeout` signals its whole process group) lets the step that is running finish
+# writing what it has (pytest the JUnit XML of the tests that finished, the bench its rows so far); bash
+# runs this trap once that step has exited, and the script then skips the bench, but not the report.
+stopped=""
+trap 'stopped=SIGTERM' TERM
+
 # pytest args: the command line, else DYT_PYTEST_ARGS split on whitespace (a workflow_dispatch input).
 args=("$@")
 if [[ ${#args[@]} -eq 0 && -n "${DYT_PYTEST_ARGS:-}" ]]; then
@@ -87,6 +93,8 @@ gate_failed=0
 gate_rc=0
 if [[ "${DYT_SKIP_BENCH:-0}" == "1" ]]; then
   step "2/3 bench: skipped (DYT_SKIP_BENCH=1)"
+elif [[ -n "$stopped" ]]; then
+  step "2/3 bench: skipped (stopped by $stopped during the GPU matrix)"
 else
   gpu_name="$("$PYTHON" -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>/dev/null || true)"
   baseline=""
@@ -196,6 +204,10 @@ fi
 rc=$matrix_rc
 if [[ $rc -eq 0 && $gate_failed -eq 1 && "${DYT_GATE:-error}" != "warn" ]]; then
   rc=$gate_rc
+fi
+if [[ -n "$stopped" ]]; then
+  error "stopped by $stopped (a time limit?): the reports hold what finished before it"
+  if [[ $rc -eq 0 ]]; then rc=143; fi
 fi
 step "done: GPU matrix exit $matrix_rc, exit $rc (reports in $REPORTS)"
 exit "$rc"

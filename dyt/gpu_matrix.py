@@ -4,13 +4,15 @@
 It fails at once when no GPU is visible. Workers are pinned through DYT_GPUS (read by tests/conftest.py
 before CUDA initializes), get their own Triton cache directories, are distributed by work stealing, and a
 crashed worker is restarted with its test reported failed. pytest-timeout (thread method) turns a hung
-kernel into one failed test.
+kernel into one failed test. A time limit's SIGTERM stops the run with its JUnit XML written for the tests
+that finished (interrupt_on_sigterm).
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -53,6 +55,22 @@ def pin_worker_gpu(environ=os.environ) -> str | None:
     return environ["CUDA_VISIBLE_DEVICES"]
 
 
+def interrupt_on_sigterm(environ=os.environ) -> bool:
+    """In the pytest process that writes the JUnit XML (not an xdist worker), make SIGTERM a
+    KeyboardInterrupt: pytest then stops and still writes the JUnit XML of the tests that finished (exit
+    2). `timeout` sends SIGTERM to its whole process group when a time limit runs out; without this the
+    run died with nothing written (NOTES.md v22). tests/conftest.py calls it. Returns whether it did."""
+    if environ.get("PYTEST_XDIST_WORKER"):
+        return False
+
+    def interrupt(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one interrupt: a second would cut the XML short
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name}: stopping, writing the reports so far")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    return True
+
+
 def pytest_command(
     workers: int, junit: str | None, session: str, timeout_s: str, args: list[str]
 ) -> list[str]:
@@ -84,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     (reports / "junit").mkdir(parents=True, exist_ok=True)
     cmd = pytest_command(len(gpus), junit, session, env.get("DYT_TEST_TIMEOUT", "900"), args)
     print(f"gpu_tests: {len(gpus)} GPU(s) {gpus}, one xdist worker each:\n  {' '.join(cmd)}", flush=True)
+    # A SIGTERM to the process group reaches pytest too, which stops and writes its reports: wait for that
+    # (a Python handler, unlike SIG_IGN, is not inherited by the child).
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     return subprocess.call(cmd, cwd=ROOT, env=env)
 
 

@@ -14,7 +14,7 @@ import shlex
 import sys
 import zlib
 
-from dyt.gpu_matrix import pin_worker_gpu  # noqa: E402  (imports neither torch nor Triton)
+from dyt.gpu_matrix import interrupt_on_sigterm, pin_worker_gpu  # noqa: E402  (imports neither torch nor Triton)
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 pin_worker_gpu(os.environ)
@@ -42,6 +42,7 @@ _CONFIG = None
 
 
 def pytest_configure(config):
+    interrupt_on_sigterm()  # a time limit's SIGTERM still leaves the JUnit XML of what finished
     if os.environ.get("DYT_REQUIRE_GPU") == "1" and not torch.cuda.is_available():
         raise pytest.UsageError(
             "gpu_tests: no CUDA GPU is visible (torch.cuda.is_available() is False, "

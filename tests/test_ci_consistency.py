@@ -12,9 +12,11 @@ import pathlib
 import re
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -260,7 +262,7 @@ def test_docker_run_requests_all_gpus_host_ipc_and_the_reports_mount(tmp_path):
 _STUB = r"""#!/usr/bin/env bash
 echo "$*" >> "$STUB_LOG"
 case "$1 $2" in
-  "-m dyt.gpu_matrix") exit "${STUB_MATRIX_RC:-0}" ;;
+  "-m dyt.gpu_matrix") sleep "${STUB_MATRIX_SLEEP:-0}"; exit "${STUB_MATRIX_RC:-0}" ;;
   "-m dyt") ;;
   *)
     if [[ "$1" == "-c" ]]; then echo "${STUB_GPU:-}"; exit 0; fi
@@ -304,6 +306,10 @@ def entry(tmp_path):
         return proc, calls
 
     run.reports = reports
+    run.env = lambda **env: {**{k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "DYT_"))},
+                             "DYT_PYTHON": str(stub), "DYT_REPORTS": str(reports), "STUB_LOG": str(log),
+                             "STUB_REAL_PYTHON": sys.executable, **env}  # fmt: skip
+    run.calls = lambda: log.read_text().splitlines() if log.exists() else []
     return run
 
 
@@ -351,6 +357,29 @@ def test_entry_names_a_stopped_bench(entry):
     )
     proc, _ = entry(STUB_GPU="NVIDIA H200", STUB_BENCH_RC="3", DYT_GATE="warn")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_entry_stopped_during_the_matrix_skips_the_bench_and_still_reports(entry, tmp_path):
+    """A time limit's SIGTERM to the process group while the matrix runs: the script waits for the matrix
+    step to end, skips the bench, writes the report, and exits non-zero."""
+    proc = subprocess.Popen(["bash", str(ENTRY)], cwd=tmp_path, env=entry.env(STUB_MATRIX_SLEEP="60"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not entry.calls() and time.monotonic() < deadline:  # the matrix stub has started
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    calls = entry.calls()
+    assert calls[0].startswith("-m dyt.gpu_matrix"), calls
+    assert not any(c.startswith("-m dyt bench") for c in calls), calls
+    assert any(c.startswith("-m dyt report") for c in calls), calls
+    assert "bench: skipped (stopped by SIGTERM" in out and "stopped by SIGTERM" in out, out
+    assert proc.returncode != 0
 
 
 def test_entry_skips_bench_and_fills_the_step_summary(entry, tmp_path):

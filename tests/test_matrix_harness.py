@@ -1,12 +1,14 @@
 """tooling: the GPU matrix's harness itself, shown on CPU with stand-in tests. One worker per GPU, each
 pinned to its own GPU and Triton cache; a crashed worker restarts with its test reported failed and the
-run goes on; a hung test fails alone by the thread-method timeout (which ends that worker's process)."""
+run goes on; a hung test fails alone by the thread-method timeout (which ends that worker's process); a
+time limit's SIGTERM to the whole run still leaves the JUnit XML of the tests that finished."""
 
 from __future__ import annotations
 
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import textwrap
 import time
@@ -90,3 +92,57 @@ def test_two_workers_survive_a_crash_and_a_hang(tmp_path):
     seen = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("seen-gw*.json"))]
     assert {s["gpu"] for s in seen} == {"0", "1"}, seen
     assert all(s["cache"].startswith(str(tmp_path / "cache")) for s in seen)
+
+
+STOPPED_STAND_INS = {
+    "conftest.py": """
+        from dyt.gpu_matrix import interrupt_on_sigterm
+
+        def pytest_configure(config):
+            interrupt_on_sigterm()
+    """,
+    "test_ok.py": """
+        import os, pathlib
+        def test_ok_a(): pathlib.Path(os.environ["MARKS"], "a").touch()
+        def test_ok_b(): pathlib.Path(os.environ["MARKS"], "b").touch()
+    """,
+    "test_slow.py": """
+        import time
+        def test_slow(): time.sleep(120)
+    """,
+}
+
+
+def test_a_time_limits_sigterm_leaves_the_junit_of_what_finished(tmp_path):
+    """`timeout` ends a run by SIGTERM to its whole process group: the pytest that writes the JUnit XML
+    stops as on Ctrl-C and writes it (the finished tests passed, exit 2), its workers die with the rest."""
+    suite, marks = tmp_path / "suite", tmp_path / "marks"
+    suite.mkdir()
+    marks.mkdir()
+    for name, body in STOPPED_STAND_INS.items():
+        (suite / name).write_text(textwrap.dedent(body))
+    junit = tmp_path / "junit.xml"
+    cmd = gpu_matrix.pytest_command(2, str(junit), "harness", "300", ["-p", "no:cacheprovider", str(suite)])
+    env = {**os.environ, "MARKS": str(marks),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not ((marks / "a").exists() and (marks / "b").exists()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (marks / "a").exists() and (marks / "b").exists(), "the quick tests never ran"
+        time.sleep(1)  # their reports reach the controller
+        start = time.monotonic()
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert time.monotonic() - start < 30
+    assert proc.returncode == 2, out[-3000:]
+    cases = {tc.get("name"): tc for tc in ET.parse(junit).getroot().iter("testcase")}
+    passed = {n for n, tc in cases.items() if len(tc) == 0 or all(c.tag == "system-out" for c in tc)}
+    assert {"test_ok_a", "test_ok_b"} <= passed, (sorted(cases), out[-3000:])
