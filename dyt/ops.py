@@ -63,12 +63,23 @@ def validate(x, alpha, gamma, beta) -> None:
 
 
 def _as_rows(t: torch.Tensor) -> torch.Tensor:
-    """(rows, C) view; copies only when the last dimension is not contiguous."""
+    """(rows, C) view; copies only when the last dimension is not contiguous. A 2-D tensor is its own
+    view: a reshape costs ~1 us of host time per call even when it changes nothing (NOTES.md v24)."""
     C = t.shape[-1]
-    t2d = t.reshape(-1, C)
+    t2d = t if t.dim() == 2 else t.reshape(-1, C)
     if C > 1 and t2d.stride(1) != 1:
         t2d = t2d.contiguous()
     return t2d
+
+
+def _as_one(alpha: torch.Tensor) -> torch.Tensor:
+    """alpha as shape (1,) (one element: contiguous whatever its strides)."""
+    return alpha if alpha.dim() == 1 else alpha.reshape(1)
+
+
+def _shaped_like(t2d: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """t2d (rows, C) in x's shape; itself where x is 2-D."""
+    return t2d if x.dim() == 2 else t2d.reshape(x.shape)
 
 
 def _use_triton(x: torch.Tensor) -> bool:
@@ -85,9 +96,9 @@ def forward_impl(x, alpha, gamma, beta) -> torch.Tensor:
     """The forward on validated inputs: kernels for CUDA (or the interpreter), plain PyTorch otherwise."""
     x2d = _as_rows(x)
     impl = launcher if _use_triton(x) else torch_path
-    y2d = impl.forward(x2d, alpha.reshape(1).contiguous(), gamma.contiguous(),
-                       None if beta is None else beta.contiguous(), x.dtype)  # fmt: skip
-    return y2d.reshape(x.shape)
+    y2d = impl.forward(x2d, _as_one(alpha), gamma.contiguous(), None if beta is None else beta.contiguous(),
+                       x.dtype)  # fmt: skip
+    return _shaped_like(y2d, x)
 
 
 def backward_impl(dy, x, alpha, gamma, beta):
@@ -97,10 +108,10 @@ def backward_impl(dy, x, alpha, gamma, beta):
     impl = launcher if _use_triton(x) else torch_path
     dbeta_dtype = gamma.dtype if beta is None else beta.dtype
     dx, dalpha, dgamma, dbeta = impl.backward(
-        _as_rows(dy), _as_rows(x), alpha.reshape(1).contiguous(), gamma.contiguous(),
+        _as_rows(dy), _as_rows(x), _as_one(alpha), gamma.contiguous(),
         x.dtype, alpha.dtype, gamma.dtype, dbeta_dtype,
     )  # fmt: skip
-    return dx.reshape(x.shape), dalpha, dgamma, dbeta
+    return _shaped_like(dx, x), dalpha, dgamma, dbeta
 
 
 # Custom ops: what torch.compile and AOTAutograd see (single graph nodes with fake implementations).
