@@ -2,9 +2,9 @@
 
 Pure Python (no Triton, no CUDA), so that every decision is unit-testable on any machine. The tile
 choice is data: a committed table per GPU architecture (dyt/tables/<arch>.json, written by dyt.tune),
-looked up by dtype bucket and width bucket (a forward entry may name another tile for float32 parameters
-on 16-bit x: FP32_PARAMS). Nothing here times anything, so two processes on the same GPU always choose the
-same kernels and get the same bits.
+looked up by dtype bucket and width bucket (a forward entry may name other tiles for float32 parameters
+on 16-bit x and for folded rows, FP32_PARAMS and FOLDED, and tanh's polynomial, POLY_TERMS). Nothing here
+times anything, so two processes on the same GPU always choose the same kernels and get the same bits.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class FwdPlan(TilePlan):
     """One tile per program."""
 
     sign_select: bool  # how tanh takes its sign (dyt.kernels._tanh): the table entry's "sign"
-    poly_terms: int = 5  # tanh's polynomial (dyt.kernels._tanh): the table entry's "poly", 5 or 3
+    poly_terms: int  # tanh's polynomial (dyt.kernels._tanh): the table entry's "poly" (POLY_TERMS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,7 +223,7 @@ FOLDED = "folded"
 # A forward entry's (or its variant's) "poly": the terms of tanh's polynomial near 0 (dyt.kernels._tanh). 3
 # saves two FFMA per element; on the H200 that made 2048 columns (2x2048x8) 3-5% and the folded 2x1024x4
 # tiles ~1% faster, 4x1024x4 at 1024 columns ~0.6% slower (NOTES.md v23). A variant tile without a "poly"
-# of its own runs its entry's.
+# of its own runs its entry's, and an entry without one the first of these.
 POLY_TERMS = (5, 3)
 
 
@@ -352,7 +352,7 @@ def plan_forward(
     entry = forward_entry(_table(arch), itemsize, N, param_itemsize, n_elements, folded=period > 0)
     tile = tile_shape(entry, N)
     fields = _tile_fields(entry, M, N, row_strides, arch, interpreter, tile, cdiv(M, tile[0]), period, ragged)
-    poly = entry.get("poly", 5)
+    poly = entry.get("poly", POLY_TERMS[0])
     if poly not in POLY_TERMS:
         raise ValueError(f"launch table: a forward entry's poly must be one of {POLY_TERMS}, got {poly!r}")
     return FwdPlan(**fields, sign_select=entry.get("sign", "select") == "select", poly_terms=poly)

@@ -13,7 +13,7 @@ from dyt import direct_launch, kernels, launch, launcher, ops, reference, torch_
 
 from helpers import DTYPES, check_against_reference, device, make_inputs, on_gpu, plans_for, run
 from paths import PATHS, assert_path, path_context
-from tolerances import ulp
+from tolerances import MANTISSA_BITS, ulp
 
 pytestmark = pytest.mark.reference_equivalence
 
@@ -154,16 +154,18 @@ def test_custom_op_path(path, seed):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 def test_the_tolerance_ulp_is_exact_at_powers_of_two(dtype):
-    """The 16-bit rule's ulp, where the check runs (the GPU in GPU runs): at a power of two it is the
+    """The tolerance's ulp, where the check runs (the GPU in GPU runs): at a power of two it is the
     spacing of the binade above, just below it the one below, and the subnormal spacing near zero. On the
     GPU, floor(log2(2^-117)) gave -118 and failed a correct dx in test_saturated_tail (DYT_SEED=41)."""
     dt = DTYPES[dtype]
-    bits = {torch.bfloat16: 7, torch.float16: 10}[dt]
+    bits = MANTISSA_BITS[dt]
     finfo = torch.finfo(dt)
-    lo = int(torch.log2(torch.tensor(finfo.tiny)).round())  # the smallest normal exponent
-    powers = torch.arange(lo, int(torch.log2(torch.tensor(finfo.max)).floor()) + 1, dtype=torch.float64)
+    lo, hi = (
+        int(torch.frexp(torch.tensor(v, dtype=torch.float64)).exponent) - 1 for v in (finfo.tiny, finfo.max)
+    )
+    powers = torch.arange(lo, hi + 1, dtype=torch.float64)  # every normal binade of the dtype
     at = torch.exp2(powers)
     below = at[1:] - torch.exp2(powers[1:] - 1 - bits)  # the dtype's largest value below each (normal)
     assert torch.equal(below.to(dt).double(), below)
@@ -418,9 +420,7 @@ def test_each_forward_polynomial_stays_within_four_float32_ulps(terms):
     with launch.overrides(table=_with_poly(launch.load_table(launcher.device_facts(device())[0]), terms)):
         y = dyt.dyt(x, torch.ones(1, device=x.device), ones, zeros)
     ref = torch.tanh(x.double())
-    r = ref.abs().clamp_min(torch.finfo(torch.float32).tiny)
-    spacing = ((torch.frexp(r).exponent.to(torch.int64) - 24 + 1023) << 52).view(torch.float64)
-    worst = float(((y.double() - ref).abs() / spacing).max())
+    worst = float(((y.double() - ref).abs() / ulp(ref, torch.float32)).max())
     assert worst <= 4.0, f"poly {terms}: {worst:.2f} float32 ulps"
 
 

@@ -17,7 +17,7 @@ import torch
 REL_L2 = {"out": 1e-6, "param": 1e-5}
 EVAL_ULPS = 8
 FP32_EPS = 2.0**-23
-MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10}
+MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}
 
 
 def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
