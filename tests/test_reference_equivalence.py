@@ -295,13 +295,17 @@ def test_folded_rows_take_the_entrys_folded_tile_from_its_size_on(width):
 
     rows = big // width
     assert tile(rows, width) == _folded_tile(entry)
-    # the folded tile's polynomial (3 terms on sm90) comes with it; the entry's own plans keep 5, and a
-    # variant without a poly of its own (fp32_params here) runs its entry's
+    # the folded tile's polynomial (3 terms on sm90) comes with it, as fp32_params' does; the entry's own
+    # plans keep 5, and a variant without a poly of its own runs its entry's
     poly = launch.plan_forward(rows, width, 2, (width, width), arch="sm90").poly_terms
     assert poly == entry[launch.FOLDED].get("poly", 5) == 3
     assert launch.plan_forward(rows - 1, width, 2, (width, width), arch="sm90").poly_terms == 5
     mixed_plan = launch.plan_forward(rows, width, 2, (width, width), param_itemsize=4, arch="sm90")
-    assert "poly" not in entry[launch.FP32_PARAMS] and mixed_plan.poly_terms == entry.get("poly", 5)
+    assert mixed_plan.poly_terms == entry[launch.FP32_PARAMS]["poly"] == 3
+    own_poly = copy.deepcopy(table)
+    del launch.table_entry(own_poly, "fwd", 2, launch.FOLD_WIDTH)[launch.FP32_PARAMS]["poly"]
+    with launch.overrides(table=own_poly):
+        assert launch.plan_forward(rows, width, 2, (width, width), param_itemsize=4).poly_terms == 5
     assert tile(4 * rows, width) == _folded_tile(entry)
     assert tile(rows - 1, width) == own
     assert tile(4 * big // launch.FOLD_WIDTH, launch.FOLD_WIDTH) == own  # not folded: the entry's own width
