@@ -198,4 +198,19 @@ def dyt(
     validate(x, alpha, gamma, beta)
     if torch.compiler.is_compiling():
         return torch.ops.dyt.forward(x, alpha, gamma, beta)
-    return _EagerDyT.apply(x, alpha, gamma, beta)
+    if _records_grad(x, alpha, gamma, beta):
+        return _EagerDyT.apply(x, alpha, gamma, beta)
+    return forward_impl(x, alpha, gamma, beta)
+
+
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+
+def _records_grad(x, alpha, gamma, beta) -> bool:
+    """Whether autograd must see this call. Where it need not (no_grad, inference_mode, or no input that
+    requires grad), the autograd.Function would cost ~4 us of host time for a tensor without grad_fn
+    (NOTES.md v26). Under torch.func transforms the Function's own checks and errors apply."""
+    if not torch.is_grad_enabled():
+        return _functorch_active()
+    needs = x.requires_grad or alpha.requires_grad or gamma.requires_grad
+    return needs or (beta is not None and beta.requires_grad) or _functorch_active()

@@ -118,6 +118,31 @@ def test_module_matches_functional(seed):
     check_against_reference(inp, outs)
 
 
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "no_input_requires_grad"])
+def test_calls_autograd_need_not_see_skip_the_autograd_function(mode, seed, monkeypatch):
+    """Where no gradient can flow (no_grad, inference_mode, or no input requiring grad) dyt.dyt calls the
+    forward directly: the same bits as through autograd, no grad_fn, and none of the autograd.Function's
+    host time (NOTES.md v26); with grad enabled and an input requiring it, the Function runs."""
+    inp = make_inputs((37, 96), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    args = (inp.x, inp.alpha, inp.gamma, inp.beta)
+    through_autograd = dyt.dyt(*args)
+    assert through_autograd.grad_fn is not None
+
+    def no_function(*_):
+        raise AssertionError("the autograd.Function ran")
+
+    monkeypatch.setattr(ops._EagerDyT, "apply", no_function)
+    if mode == "no_input_requires_grad":
+        y = dyt.dyt(*(t.detach() for t in args))
+    else:
+        with getattr(torch, mode)():
+            y = dyt.dyt(*args)
+    assert y.grad_fn is None and not y.requires_grad
+    assert torch.equal(y, through_autograd.detach())
+    with pytest.raises(AssertionError, match="the autograd.Function ran"):
+        dyt.dyt(inp.x.detach(), inp.alpha.detach(), inp.gamma, None)  # gamma requires grad
+
+
 def test_torch_compile_fullgraph(seed):
     inp = make_inputs((64, 200), torch.bfloat16, seed=seed, param_dtype=torch.float32)
     backend = "inductor" if on_gpu() else "aot_eager"
