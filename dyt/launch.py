@@ -45,11 +45,14 @@ INTERPRETER_TANH_METHODS = {"poly_exp"}
 
 @dataclasses.dataclass(frozen=True)
 class Overrides:
-    """Test-only knobs: force int64 offsets on small shapes, pick the tanh method, swap the table, shorten
-    the backward's runs of tiles (so that small shapes cross run boundaries)."""
+    """Knobs, for tests and tools: force int64 offsets on small shapes, pick the tanh method, swap the
+    table, shorten the backward's runs of tiles (so that small shapes cross run boundaries). Two take their
+    defaults from the environment when dyt is imported: DYT_TANH and DYT_POISON_OUTPUTS."""
 
     int64: bool = False
-    tanh: str | None = None
+    # The tanh method's name (TANH_METHODS); DYT_TANH is read once, here, like DYT_POISON_OUTPUTS below
+    # (an environment lookup per call cost 0.5 us of host time per plan lookup, NOTES.md v27).
+    tanh: str | None = os.environ.get("DYT_TANH") or None
     table: dict | None = None
     lane_run: int | None = None  # tiles per run of the backward's float32 sums (default LANE_RUN_TILES)
     # Fill every output and partial buffer with NaN before each launch, so an unwritten element shows.
@@ -293,9 +296,9 @@ def needs_int64(M: int, N: int, row_strides: tuple[int, ...], block_m: int) -> b
 
 def tanh_method(interpreter: bool) -> int:
     """The tanh choice; the interpreter has no libdevice or inline PTX, so it always takes poly_exp."""
-    name = _overrides.tanh or os.environ.get("DYT_TANH", "poly_exp")
+    name = _overrides.tanh or "poly_exp"
     if name not in TANH_METHODS:
-        raise ValueError(f"DYT_TANH must be one of {sorted(TANH_METHODS)}, got {name!r}")
+        raise ValueError(f"the tanh method (DYT_TANH) must be one of {sorted(TANH_METHODS)}, got {name!r}")
     if interpreter and name not in INTERPRETER_TANH_METHODS:
         name = "poly_exp"
     return TANH_METHODS[name]

@@ -42,7 +42,7 @@ def _plan(mode, M, N, itemsize, row_strides, device, param_itemsize=None):
     o = launch.current_overrides()
     if o.table is not None:
         return _cached_plan.__wrapped__(mode, M, N, itemsize, row_strides, device, param_itemsize, None)
-    overrides_key = (o.int64, o.tanh, o.lane_run, os.environ.get("DYT_TANH"))
+    overrides_key = (o.int64, o.tanh, o.lane_run)
     return _cached_plan(mode, M, N, itemsize, row_strides, device, param_itemsize, overrides_key)
 
 

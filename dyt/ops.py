@@ -27,38 +27,40 @@ except ImportError as _err:  # pragma: no cover - exercised only where triton is
     _TRITON_IMPORT_ERROR = _err
 
 
-def _check_dtype(name: str, t: torch.Tensor) -> None:
-    if t.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(
-            f"dyt: {name} must be a floating tensor of dtype float32, bfloat16 or float16, got {t.dtype}"
-        )
+_NAMES = ("x", "alpha", "gamma", "beta")
 
 
 def validate(x, alpha, gamma, beta) -> None:
-    """Clear ValueError/TypeError naming what was expected and what came."""
-    named = [("x", x), ("alpha", alpha), ("gamma", gamma)] + ([("beta", beta)] if beta is not None else [])
-    for name, t in named:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"dyt: {name} must be a torch.Tensor, got {type(t).__name__}")
-        _check_dtype(name, t)
-    if x.dim() < 1:
-        raise ValueError(f"dyt: x must have at least one dimension (..., C), got shape {tuple(x.shape)}")
-    C = x.shape[-1]
+    """Clear ValueError/TypeError naming what was expected and what came. Every call pays for these checks,
+    so they are plain comparisons and the messages are built only on failure (NOTES.md v27)."""
+    tensors = (x, alpha, gamma) if beta is None else (x, alpha, gamma, beta)
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.dtype not in SUPPORTED_DTYPES:
+            name = next(n for n, u in zip(_NAMES, tensors, strict=False) if u is t)
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"dyt: {name} must be a torch.Tensor, got {type(t).__name__}")
+            raise TypeError(
+                f"dyt: {name} must be a floating tensor of dtype float32, bfloat16 or float16, got {t.dtype}"
+            )
+    shape = x.shape
+    if not shape:
+        raise ValueError(f"dyt: x must have at least one dimension (..., C), got shape {tuple(shape)}")
+    C = shape[-1]
     if C < 1:
-        raise ValueError(f"dyt: x's last dimension (channels) must be at least 1, got shape {tuple(x.shape)}")
+        raise ValueError(f"dyt: x's last dimension (channels) must be at least 1, got shape {tuple(shape)}")
     if alpha.numel() != 1:
         raise ValueError(f"dyt: alpha must have exactly one element, got shape {tuple(alpha.shape)}")
-    if tuple(gamma.shape) != (C,):
+    if gamma.shape != (C,):
         raise ValueError(
             f"dyt: gamma must have shape ({C},) to match x's last dimension, got {tuple(gamma.shape)}"
         )
-    if beta is not None and tuple(beta.shape) != (C,):
+    if beta is not None and beta.shape != (C,):
         raise ValueError(
             f"dyt: beta must have shape ({C},) to match x's last dimension, got {tuple(beta.shape)}"
         )
-    devices = {name: t.device for name, t in named}
-    if len(set(devices.values())) > 1:
-        listing = ", ".join(f"{n} on {d}" for n, d in devices.items())
+    device = x.device
+    if alpha.device != device or gamma.device != device or (beta is not None and beta.device != device):
+        listing = ", ".join(f"{n} on {t.device}" for n, t in zip(_NAMES, tensors, strict=False))
         raise ValueError(f"dyt: all tensors must be on one device, got {listing}")
 
 

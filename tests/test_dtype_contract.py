@@ -208,6 +208,16 @@ def test_bad_dtypes_raise_type_error(which, bad):
         dyt.dyt(**args)
 
 
+@pytest.mark.parametrize("which", ["x", "alpha", "gamma", "beta"])
+def test_non_tensors_raise_type_error(which):
+    dev = device()
+    args = {"x": torch.ones(4, 8, device=dev), "alpha": torch.ones(1, device=dev),
+            "gamma": torch.ones(8, device=dev), "beta": torch.ones(8, device=dev)}  # fmt: skip
+    args[which] = args[which].tolist()
+    with pytest.raises(TypeError, match=rf"{which} must be a torch.Tensor, got list"):
+        dyt.dyt(**args)
+
+
 @pytest.mark.parametrize(
     ("which", "shape", "message"),
     [

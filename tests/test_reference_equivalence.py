@@ -4,6 +4,9 @@ parameters, ranks, layouts, and through every API (functional, module, torch.com
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -231,6 +234,23 @@ def test_interpreter_swaps_gpu_only_tanh_methods(method):
             launch.plan_forward(8, 64, 2, (64, 64), interpreter=True).tanh == launch.TANH_METHODS["poly_exp"]
         )
         assert launch.plan_forward(8, 64, 2, (64, 64), interpreter=False).tanh == launch.TANH_METHODS[method]
+
+
+def test_the_tanh_method_comes_from_dyt_tanh_at_import():
+    """DYT_TANH names the method for the whole process, read once when dyt is imported (an environment
+    lookup on every plan lookup cost host time, NOTES.md v27); an unknown name fails at the first plan."""
+    code = "from dyt import launch; print(launch.plan_forward(8, 64, 2, (64, 64), interpreter=False).tanh)"
+
+    def plan_in_child(value):
+        env = {**os.environ, "DYT_TANH": value}
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+    for value, method in (("hw_approx", "hw_approx"), ("libdevice", "libdevice"), ("", "poly_exp")):
+        child = plan_in_child(value)
+        assert child.returncode == 0, child.stderr
+        assert child.stdout.strip() == str(launch.TANH_METHODS[method]), value
+    child = plan_in_child("fastest")
+    assert child.returncode != 0 and "DYT_TANH" in child.stderr and "'fastest'" in child.stderr
 
 
 @pytest.mark.gpu_only
