@@ -3,6 +3,7 @@ comparison of every output and gradient with the float64 reference under the tol
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 
@@ -120,3 +121,23 @@ def plans_for(shape, dtype):
         launch.plan_forward(M, C, item, (C, C), arch=arch, interpreter=interp),
         launch.plan_backward(M, C, item, (C, C, C), sm_count=sms, arch=arch, interpreter=interp),
     )
+
+
+def tile_of(entry: dict) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps) of a launch-table entry or of a variant tile in one."""
+    return entry["BLOCK_M"], entry["BLOCK_N"], entry["num_warps"]
+
+
+def plan_tile(plan) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps) a plan launches with."""
+    return plan.BLOCK_M, plan.BLOCK_N, plan.num_warps
+
+
+def table_with_forward_variant(field: str) -> dict:
+    """A copy of this device's committed table, or of sm90's where this device's 16-bit 1024 forward entry
+    has no `field` variant (launch.FP32_PARAMS, launch.FOLDED: the interpreter's default table has none),
+    for tests that make the variant apply at any size."""
+    table = launch.load_table(launcher.device_facts(device())[0])
+    if field not in launch.table_entry(table, "fwd", 2, launch.FOLD_WIDTH):
+        table = launch.load_table("sm90")
+    return copy.deepcopy(table)

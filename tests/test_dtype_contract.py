@@ -3,7 +3,6 @@ in float32 and never rounded through x.dtype; bad dtypes and shapes rejected wit
 
 from __future__ import annotations
 
-import copy
 import itertools
 
 import pytest
@@ -12,7 +11,17 @@ import torch
 import dyt
 from dyt import launch, launcher
 
-from helpers import DTYPES, Inputs, check_against_reference, device, make_inputs, run
+from helpers import (
+    DTYPES,
+    Inputs,
+    check_against_reference,
+    device,
+    make_inputs,
+    plan_tile,
+    run,
+    table_with_forward_variant,
+    tile_of,
+)
 from paths import PATHS, assert_path, path_context
 from tolerances import assert_close
 
@@ -58,11 +67,6 @@ def test_float32_parameter_grads_as_accurate_as_float32(path, x_dtype, seed):
     check_against_reference(inp, outs)  # float32 grads are held to relative L2 <= 1e-5 there
 
 
-def _fp32_params_tile(entry) -> tuple[int, int, int]:
-    variant = entry[launch.FP32_PARAMS]
-    return variant["BLOCK_M"], variant["BLOCK_N"], variant["num_warps"]
-
-
 @pytest.mark.parametrize("width", [64, 1024, 2048, 16384], ids=["folded", "1024", "2048", "16384"])
 def test_float32_parameters_take_the_entrys_fp32_params_tile_from_its_size_on(width):
     """16-bit x with float32 gamma/beta runs the sm90 entry's fp32_params tile from min_elements on (2x1024
@@ -74,8 +78,8 @@ def test_float32_parameters_take_the_entrys_fp32_params_tile_from_its_size_on(wi
     entry = launch.table_entry(table, "fwd", 2, max(width, launch.FOLD_WIDTH))
     big = entry[launch.FP32_PARAMS]["min_elements"]
     assert big == 2**24
-    own = (entry["BLOCK_M"], entry["BLOCK_N"], entry["num_warps"])
-    assert _fp32_params_tile(entry) != own
+    own = tile_of(entry)
+    assert tile_of(entry[launch.FP32_PARAMS]) != own
 
     def tile(rows, itemsize, param_itemsize):
         plan = launch.plan_forward(rows, width, itemsize, (width, width), param_itemsize=param_itemsize,
@@ -85,17 +89,17 @@ def test_float32_parameters_take_the_entrys_fp32_params_tile_from_its_size_on(wi
         return plan.BLOCK_M, min(plan.BLOCK_N, entry["BLOCK_N"]), plan.num_warps
 
     rows = big // width
-    assert tile(rows, 2, 4) == _fp32_params_tile(entry)
-    assert tile(4 * rows, 2, 4) == _fp32_params_tile(entry)
+    assert tile(rows, 2, 4) == tile_of(entry[launch.FP32_PARAMS])
+    assert tile(4 * rows, 2, 4) == tile_of(entry[launch.FP32_PARAMS])
     # 16-bit parameters: the entry's own tile, or on folded rows its folded tile (same threshold on sm90)
     folded = entry.get(launch.FOLDED) if width < launch.FOLD_WIDTH else None
-    unmixed = (folded["BLOCK_M"], folded["BLOCK_N"], folded["num_warps"]) if folded else own
+    unmixed = tile_of(folded) if folded else own
     assert tile(rows, 2, 2) == unmixed
     assert tile(rows, 2, None) == unmixed
     assert tile(rows - 1, 2, 4) == own
     fp32_entry = launch.table_entry(table, "fwd", 4, max(width, launch.FOLD_WIDTH))
     assert launch.FP32_PARAMS not in fp32_entry
-    assert tile(rows, 4, 4) == (fp32_entry["BLOCK_M"], fp32_entry["BLOCK_N"], fp32_entry["num_warps"])
+    assert tile(rows, 4, 4) == tile_of(fp32_entry)
 
 
 def test_the_launcher_plans_by_the_widest_of_gamma_and_beta():
@@ -125,9 +129,7 @@ def test_fp32_params_tile_matches_the_reference(rows, width, x_dtype, seed):
     """The committed table's fp32_params tiles, made to apply at any size, on 16-bit x with float32
     parameters: folded rows, whole 1024-column rows, and 5000 columns in 1024-wide blocks (the last one
     padded)."""
-    table = copy.deepcopy(launch.load_table(launcher.device_facts(device())[0]))
-    if launch.FP32_PARAMS not in launch.table_entry(table, "fwd", 2, 1024):
-        table = copy.deepcopy(launch.load_table("sm90"))  # the default table has none: take sm90's
+    table = table_with_forward_variant(launch.FP32_PARAMS)
     for entry in table["fwd"]["16bit"]:
         if launch.FP32_PARAMS in entry:
             entry[launch.FP32_PARAMS]["min_elements"] = 1
@@ -135,7 +137,7 @@ def test_fp32_params_tile_matches_the_reference(rows, width, x_dtype, seed):
     with launch.overrides(table=table):
         plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
         wide = launch.table_entry(table, "fwd", 2, plan.N)
-        assert (plan.BLOCK_M, plan.BLOCK_N, plan.num_warps) == _fp32_params_tile(wide), plan
+        assert plan_tile(plan) == tile_of(wide[launch.FP32_PARAMS]), plan
         assert plan.gamma_period == (64 if width == 64 else 0)
         check_against_reference(inp, run(inp))
 
@@ -148,7 +150,7 @@ def test_fp32_params_tile_at_its_threshold(seed):
     plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
     entry = launch.table_entry(launch.load_table(launcher.device_facts(device())[0]), "fwd", 2, 4096)
     if launch.FP32_PARAMS in entry:
-        assert (plan.BLOCK_M, plan.BLOCK_N, plan.num_warps) == _fp32_params_tile(entry), plan
+        assert plan_tile(plan) == tile_of(entry[launch.FP32_PARAMS]), plan
     check_against_reference(inp, run(inp))
 
 

@@ -14,7 +14,18 @@ import torch
 import dyt
 from dyt import direct_launch, kernels, launch, launcher, ops, reference, torch_path
 
-from helpers import DTYPES, check_against_reference, device, make_inputs, on_gpu, plans_for, run
+from helpers import (
+    DTYPES,
+    check_against_reference,
+    device,
+    make_inputs,
+    on_gpu,
+    plan_tile,
+    plans_for,
+    run,
+    table_with_forward_variant,
+    tile_of,
+)
 from paths import PATHS, assert_path, path_context
 from tolerances import MANTISSA_BITS, ulp
 
@@ -316,11 +327,6 @@ def test_contiguous_rows_fold(rows, width, folds, dtype, alpha, seed):
         assert torch.equal(*as_bits), f"folding changed the bits of {name}"
 
 
-def _folded_tile(entry) -> tuple[int, int, int]:
-    variant = entry[launch.FOLDED]
-    return variant["BLOCK_M"], variant["BLOCK_N"], variant["num_warps"]
-
-
 @pytest.mark.parametrize("width", [64, 128, 256, 512])
 def test_folded_rows_take_the_entrys_folded_tile_from_its_size_on(width):
     """16-bit rows folded into the sm90 1024 entry's rows run its folded tile from min_elements on (2x1024
@@ -330,16 +336,16 @@ def test_folded_rows_take_the_entrys_folded_tile_from_its_size_on(width):
     entry = launch.table_entry(table, "fwd", 2, launch.FOLD_WIDTH)
     big = entry[launch.FOLDED]["min_elements"]
     assert big == 2**24
-    own = (entry["BLOCK_M"], entry["BLOCK_N"], entry["num_warps"])
-    assert _folded_tile(entry) != own
+    own = tile_of(entry)
+    assert tile_of(entry[launch.FOLDED]) != own
 
     def tile(rows, n, itemsize=2, param_itemsize=None):
         plan = launch.plan_forward(rows, n, itemsize, (n, n), param_itemsize=param_itemsize, arch="sm90")
         assert plan.gamma_period == (n if n < launch.FOLD_WIDTH else 0), plan
-        return plan.BLOCK_M, plan.BLOCK_N, plan.num_warps
+        return plan_tile(plan)
 
     rows = big // width
-    assert tile(rows, width) == _folded_tile(entry)
+    assert tile(rows, width) == tile_of(entry[launch.FOLDED])
     # the folded tile's polynomial (3 terms on sm90) comes with it, as fp32_params' does; the entry's own
     # plans keep 5, and a variant without a poly of its own runs its entry's
     poly = launch.plan_forward(rows, width, 2, (width, width), arch="sm90").poly_terms
@@ -351,14 +357,14 @@ def test_folded_rows_take_the_entrys_folded_tile_from_its_size_on(width):
     del launch.table_entry(own_poly, "fwd", 2, launch.FOLD_WIDTH)[launch.FP32_PARAMS]["poly"]
     with launch.overrides(table=own_poly):
         assert launch.plan_forward(rows, width, 2, (width, width), param_itemsize=4).poly_terms == 5
-    assert tile(4 * rows, width) == _folded_tile(entry)
+    assert tile(4 * rows, width) == tile_of(entry[launch.FOLDED])
     assert tile(rows - 1, width) == own
     assert tile(4 * big // launch.FOLD_WIDTH, launch.FOLD_WIDTH) == own  # not folded: the entry's own width
     mixed = entry[launch.FP32_PARAMS]
-    assert tile(rows, width, 2, 4) == (mixed["BLOCK_M"], mixed["BLOCK_N"], mixed["num_warps"])
+    assert tile(rows, width, 2, 4) == tile_of(mixed)
     fp32_entry = launch.table_entry(table, "fwd", 4, launch.FOLD_WIDTH)
     assert launch.FOLDED not in fp32_entry
-    assert tile(rows, width, 4) == (fp32_entry["BLOCK_M"], fp32_entry["BLOCK_N"], fp32_entry["num_warps"])
+    assert tile(rows, width, 4) == tile_of(fp32_entry)
 
 
 @pytest.mark.parametrize(("rows", "width"), [(48, 64), (50, 64), (40, 256), (8, 512)], ids=str)
@@ -369,11 +375,9 @@ def test_folded_tile_gives_the_bits_of_the_entrys_own(rows, width, dtype, alpha,
     the last folded row in part; an infinite alpha makes NaN wherever padding were not masked), and y bit
     for bit that of the entry's own tile on the same polynomial (the tile moves elements between lanes, not
     their arithmetic)."""
-    table = copy.deepcopy(launch.load_table(launcher.device_facts(device())[0]))
-    if launch.FOLDED not in launch.table_entry(table, "fwd", 2, launch.FOLD_WIDTH):
-        table = copy.deepcopy(launch.load_table("sm90"))  # the default table has none: take sm90's
+    table = table_with_forward_variant(launch.FOLDED)
     own = launch.table_entry(table, "fwd", 2, launch.FOLD_WIDTH)
-    own_tile = (own["BLOCK_M"], own["BLOCK_N"], own["num_warps"])
+    own_tile = tile_of(own)
     without = copy.deepcopy(table)  # the entry's own tile, on the folded tile's polynomial
     for entry in without["fwd"]["16bit"]:
         variant = entry.pop(launch.FOLDED, None)
@@ -384,10 +388,10 @@ def test_folded_tile_gives_the_bits_of_the_entrys_own(rows, width, dtype, alpha,
             entry[launch.FOLDED]["min_elements"] = 1
     inp = make_inputs((rows, width), DTYPES[dtype], seed=seed, alpha=alpha)
     ys = []
-    for tab, want in ((table, _folded_tile(own)), (without, own_tile)):
+    for tab, want in ((table, tile_of(own[launch.FOLDED])), (without, own_tile)):
         with launch.overrides(table=tab):
             plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
-            assert (plan.BLOCK_M, plan.BLOCK_N, plan.num_warps, plan.gamma_period) == (*want, width), plan
+            assert (*plan_tile(plan), plan.gamma_period) == (*want, width), plan
             outs = run(inp)
         check_against_reference(inp, outs)
         ys.append(outs[0].view(torch.int16))
@@ -403,7 +407,7 @@ def test_folded_tile_at_its_threshold(seed):
     entry = launch.table_entry(launch.load_table(launcher.device_facts(device())[0]), "fwd", 2, plan.N)
     assert plan.gamma_period == 64
     if launch.FOLDED in entry:
-        assert (plan.BLOCK_M, plan.BLOCK_N, plan.num_warps) == _folded_tile(entry), plan
+        assert plan_tile(plan) == tile_of(entry[launch.FOLDED]), plan
     check_against_reference(inp, run(inp))
 
 
