@@ -97,7 +97,7 @@ def gpu_tests(session: nox.Session) -> None:
     session.run(
         "python",
         "-m",
-        "dyt.gpu_matrix",
+        "dyt.service.gpu_matrix",
         *_pytest_args("gpu_tests", list(session.posargs))[2:],
         env={"DYT_SESSION": "gpu_tests", "DYT_REPORTS": str(REPORTS), "TRITON_INTERPRET": "0"},
         external=True,

@@ -4,7 +4,7 @@
 #   ci/entry.sh [pytest args...]        e.g.  ci/entry.sh -m grid_limit
 #
 # Runs, writing everything under reports/ (or $DYT_REPORTS):
-#   1. the GPU matrix:  python -m dyt.gpu_matrix [pytest args]   -> junit/gpu_tests.xml, env.json, failures
+#   1. the GPU matrix:  python -m dyt.service.gpu_matrix [pytest args]   -> junit/gpu_tests.xml, env.json, failures
 #   2. the bench:       python -m dyt bench [--compare <baseline for this GPU> --margin $DYT_MARGIN]
 #   3. the report:      python -m dyt report --reports <reports>  -> summary.md, summary.html
 #   and, when $GITHUB_STEP_SUMMARY is set, appends summary.md there (truncated to stay under 1 MiB).
@@ -77,9 +77,9 @@ fi
 rm -f "$REPORTS/.entry-write-test"
 
 # 1. The GPU matrix. Its exit code is this script's exit code.
-step "1/3 GPU matrix: $PYTHON -m dyt.gpu_matrix $(quoted ${args[@]+"${args[@]}"})"
+step "1/3 GPU matrix: $PYTHON -m dyt.service.gpu_matrix $(quoted ${args[@]+"${args[@]}"})"
 set +e
-DYT_SESSION=gpu_tests TRITON_INTERPRET=0 "$PYTHON" -m dyt.gpu_matrix ${args[@]+"${args[@]}"}
+DYT_SESSION=gpu_tests TRITON_INTERPRET=0 "$PYTHON" -m dyt.service.gpu_matrix ${args[@]+"${args[@]}"}
 matrix_rc=$?
 set -e
 if [[ $matrix_rc -eq 0 ]]; then

@@ -1,79 +1,8 @@
-"""`python -m dyt` (and the `dyt` script): bench, report, gate, tune, env.
+"""`python -m dyt`: the service's command line (dyt.service.cli)."""
 
-Each subcommand imports what it needs when it runs: report must work without triton and gate without
-torch, on a machine that only holds the result files.
-"""
-
-from __future__ import annotations
-
-import argparse
-import json
 import sys
 
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m dyt", description="DyT kernels: bench, report, gate, tune."
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    from dyt import bench, report
-
-    bench.add_arguments(
-        sub.add_parser("bench", help="measure dyt beside its peers against the copy ceiling (needs CUDA)")
-    )
-    report.add_arguments(
-        sub.add_parser("report", help="turn a reports folder into summary.md/.html and plots")
-    )
-
-    gate = sub.add_parser(
-        "gate",
-        help="compare a perf JSON with a baseline (file-only, no GPU)",
-        description="Exit 1 when a dyt row's ratio to ceiling drops more than --margin below the baseline; "
-        "2 on unreadable input; 3 with --strict when the GPU models differ or no rows match.",
-    )
-    gate.add_argument("current", help="perf JSON of this run")
-    gate.add_argument("baseline", help="perf JSON of the baseline (same GPU model)")
-    gate.add_argument("--margin", type=float, default=0.05, help="allowed absolute drop in ratio to ceiling")
-    gate.add_argument("--strict", action="store_true", help="a different GPU model or no common rows fails")
-
-    sub.add_parser("tune", help="the launch-config tuner (dyt.tune); arguments pass through", add_help=False)
-
-    env = sub.add_parser("env", help="print the environment manifest as JSON")
-    env.add_argument("--out", help="also write it to this file")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "tune":  # the tuner owns its own arguments
-        try:
-            from dyt import tune
-        except ImportError as exc:
-            print(f"tune: the tuner is not available ({exc})", file=sys.stderr)
-            return 2
-        return int(tune.main(argv[1:]) or 0)
-    args = _parser().parse_args(argv)
-    if args.command == "bench":
-        from dyt import bench
-
-        return bench.main(args)
-    if args.command == "report":
-        from dyt import report
-
-        return report.main(args)
-    if args.command == "gate":
-        from dyt.bench import gate_files
-
-        return gate_files(args.current, args.baseline, margin=args.margin, strict=args.strict)
-    if args.command == "env":
-        from dyt.env import collect_env, write_env
-
-        manifest = write_env(args.out) if args.out else collect_env()
-        print(json.dumps(manifest, indent=2, sort_keys=True))
-        return 0
-    raise AssertionError(f"unhandled command {args.command}")
-
+from dyt.service.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

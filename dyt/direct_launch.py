@@ -5,7 +5,7 @@ looks the compiled kernel up on every call: host time that small shapes pay in f
 (NOTES.md v14). `launch` does that once per launch plan and argument signature, keeps the compiled kernel
 Triton returned, and afterwards hands the arguments straight to its launcher.
 
-What makes that safe: a launch plan (dyt.launch) fixes every integer argument and every compile-time
+What makes that safe: a launch plan (dyt.planner) fixes every integer argument and every compile-time
 constant a kernel receives, apart from the few the caller names in `variant` (e.g. whether beta exists).
 What Triton specializes on besides is each tensor's dtype and whether its address is a multiple of 16
 bytes; the signature holds exactly those. Anything unusual (the interpreter, Triton's launch hooks set

@@ -3,7 +3,7 @@
 Every kernel works on a 2-D tile of BLOCK_M rows by BLOCK_N columns of a (M, N) row-major view whose
 rows may be strided. Programs are numbered on a 1-D grid only (grid axis 1 holds at most 65,535 blocks),
 and a program id is split into (row tile, column block) by division. Launch shapes come from
-dyt.launch; these kernels take them as compile-time constants.
+dyt.planner; these kernels take them as compile-time constants.
 
 Arithmetic is float32 whatever the storage dtypes. Lanes that hold no element (columns past N, rows
 past M) are masked after the arithmetic, so tanh(inf * 0) = NaN computed there never reaches a sum.
@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-# TANH (a constexpr) numbers the tanh method as dyt.launch.TANH_METHODS does: 0 poly_exp (default: odd
+# TANH (a constexpr) numbers the tanh method as dyt.planner.TANH_METHODS does: 0 poly_exp (default: odd
 # polynomial near 0, exp2 and a reciprocal elsewhere; a few float32 ulps), 1 libdevice (CUDA's tanhf; no
 # interpreter implementation), 2 hw_approx (PTX tanh.approx.f32, relative error ~2^-11: opt-in, GPU only).
 
@@ -176,7 +176,7 @@ def _wait_for_primary(PDL: tl.constexpr):
 
 @triton.jit
 def _param_index(cols, GAMMA_PERIOD: tl.constexpr):
-    """Index into gamma and beta: the column itself, or (rows folded, see dyt.launch.fold_factor) the
+    """Index into gamma and beta: the column itself, or (rows folded, see dyt.planner.fold_factor) the
     column modulo the true width: one AND for a power of two, else a remainder by a constant."""
     index = cols
     if GAMMA_PERIOD > 0:
@@ -296,7 +296,7 @@ def _store_run_partials(PART_DGAMMA, PART_DBETA, PART_DALPHA, acc_dgamma, acc_db
                         GAMMA_PERIOD: tl.constexpr, FOLD_COPIES: tl.constexpr):  # fmt: skip
     """A run's partials: column sums of dgamma and dbeta at row group_row of (rows, N), or, with FOLD_COPIES
     (folded rows whose column block holds BLOCK_N // GAMMA_PERIOD whole copies of the true width, see
-    dyt.launch.BwdPlan.fold_copies), the copies added up here at row program_row of (rows, GAMMA_PERIOD);
+    dyt.planner.BwdPlan.fold_copies), the copies added up here at row program_row of (rows, GAMMA_PERIOD);
     dalpha's lanes added in float64 (the finish adds the runs' sums without float32 drift) at program_row."""
     if FOLD_COPIES:
         copies: tl.constexpr = BLOCK_N // GAMMA_PERIOD
@@ -329,7 +329,7 @@ def dyt_bwd_kernel(
     one region of memory at a time); otherwise the contiguous run from tile g * tiles_per_program. The
     launch table picks the order per dtype and width (measured: see NOTES.md).
 
-    Each lane adds one float32 term per tile, so the tiles go in runs of LANE_RUN (dyt.launch.LANE_RUN_TILES:
+    Each lane adds one float32 term per tile, so the tiles go in runs of LANE_RUN (dyt.planner.LANE_RUN_TILES:
     float32's rounding over longer chains can leave the parameter gradients' contract, NOTES.md v15), each
     run with fresh sums and its own partials: run r of R = cdiv(tiles_per_program, LANE_RUN) writes row
     g R + r of PART_DGAMMA/PART_DBETA (shape (n_groups R, N), float32; with FOLD_COPIES, folded rows whose

@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from dyt import direct_launch, kernels, launch
+from dyt import direct_launch, kernels, planner
 
 
 def interpreter_active() -> bool:
@@ -31,7 +31,7 @@ def _device_facts(index: int) -> tuple[str, int]:
 def device_facts(device: torch.device) -> tuple[str, int]:
     """(architecture key for the launch table, SM count) of the device the tensors live on."""
     if device.type != "cuda":
-        return "default", launch.INTERPRETER_SM_COUNT
+        return "default", planner.INTERPRETER_SM_COUNT
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _device_facts(index)
 
@@ -39,7 +39,7 @@ def device_facts(device: torch.device) -> tuple[str, int]:
 def _plan(mode, M, N, itemsize, row_strides, device, param_itemsize=None):
     """Plans are pure functions of these arguments and the overrides; a swapped table (the tuner, tests)
     is planned afresh, everything else is cached, since host time per call is what small shapes pay."""
-    o = launch.current_overrides()
+    o = planner.current_overrides()
     if o.table is not None:
         return _cached_plan.__wrapped__(mode, M, N, itemsize, row_strides, device, param_itemsize, None)
     overrides_key = (o.int64, o.tanh, o.lane_run)
@@ -50,14 +50,14 @@ def _plan(mode, M, N, itemsize, row_strides, device, param_itemsize=None):
 def _cached_plan(mode, M, N, itemsize, row_strides, device, param_itemsize, overrides_key):
     arch, sm_count = device_facts(device)
     if mode == "fwd":
-        return launch.plan_forward(M, N, itemsize, row_strides, param_itemsize=param_itemsize, arch=arch,
+        return planner.plan_forward(M, N, itemsize, row_strides, param_itemsize=param_itemsize, arch=arch,
                                    interpreter=interpreter_active())  # fmt: skip
-    return launch.plan_backward(
+    return planner.plan_backward(
         M, N, itemsize, row_strides, sm_count=sm_count, arch=arch, interpreter=interpreter_active()
     )
 
 
-def forward_plan(x2d: torch.Tensor, gamma=None, beta=None) -> launch.FwdPlan:
+def forward_plan(x2d: torch.Tensor, gamma=None, beta=None) -> planner.FwdPlan:
     """The forward's plan; gamma's and beta's dtypes matter where they are wider than x's (FP32_PARAMS).
     Parameters no wider than x plan (and share the cached plan, its compiled launches included) as x alone."""
     M, N = x2d.shape
@@ -67,7 +67,7 @@ def forward_plan(x2d: torch.Tensor, gamma=None, beta=None) -> launch.FwdPlan:
     return _plan("fwd", M, N, itemsize, (x2d.stride(0), N), x2d.device, param_itemsize)
 
 
-def backward_plan(x2d: torch.Tensor, dy2d: torch.Tensor) -> launch.BwdPlan:
+def backward_plan(x2d: torch.Tensor, dy2d: torch.Tensor) -> planner.BwdPlan:
     M, N = x2d.shape
     itemsize = max(x2d.element_size(), dy2d.element_size())
     strides = (x2d.stride(0), dy2d.stride(0), N)
@@ -87,7 +87,7 @@ def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _new(shape, dtype, device) -> torch.Tensor:
     """An output buffer; NaN-filled when launch overrides ask for poisoning (the suites always do)."""
-    if launch.current_overrides().poison and dtype.is_floating_point:
+    if planner.current_overrides().poison and dtype.is_floating_point:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
 
@@ -99,7 +99,7 @@ def _current(device: torch.device):
     return contextlib.nullcontext()
 
 
-def _layout_args(plan: launch.TilePlan, x2d: torch.Tensor, *tensors: torch.Tensor) -> tuple[int, ...]:
+def _layout_args(plan: planner.TilePlan, x2d: torch.Tensor, *tensors: torch.Tensor) -> tuple[int, ...]:
     """(n_elements, row stride of x2d, of each of tensors) as the kernels take them. Folded rows are the
     same contiguous memory seen as plan.M rows of plan.N, the last possibly in part (ragged: n_elements
     bounds it; 0, unused, otherwise)."""
@@ -155,7 +155,7 @@ def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbet
     return _as(dx, dx_dtype), _as(dalpha, dalpha_dtype), _as(dgamma, dgamma_dtype), _as(dbeta, dbeta_dtype)
 
 
-def backward_partials(plan: launch.BwdPlan, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def backward_partials(plan: planner.BwdPlan, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The main kernel's partial sums, per run of each program (plan.finish_rows, plan.n_dalpha_partials):
     dgamma and dbeta in float32, dalpha in float64."""
     return (
@@ -166,7 +166,7 @@ def backward_partials(plan: launch.BwdPlan, device) -> tuple[torch.Tensor, torch
 
 
 def launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials) -> None:
-    """dyt_bwd_kernel: dx, and the partials (ci/bwd_split.py times it apart from the finish)."""
+    """dyt_bwd_kernel: dx, and the partials (tools/bwd_split.py times it apart from the finish)."""
     direct_launch.launch(
         kernels.dyt_bwd_kernel, plan.grid, plan.launches, "main",
         (x2d, dy2d, dx, alpha, gamma, *partials, plan.M, plan.N, *_layout_args(plan, x2d, dy2d, dx),
@@ -181,14 +181,14 @@ def launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials) -> None:
 
 def launch_backward_finish(plan, partials, dgamma, dbeta, dalpha, tile=None, num_warps=None) -> None:
     """dyt_bwd_finish_kernel: the partials added up in a fixed order; with plan.pdl, launched while the
-    main kernel ends. tile=(BLOCK_G, BLOCK_N) and num_warps override the plan's (ci/bwd_split.py compares
+    main kernel ends. tile=(BLOCK_G, BLOCK_N) and num_warps override the plan's (tools/bwd_split.py compares
     finishing tiles; those launches go through the JIT, uncached)."""
     block_g, block_n = tile or (plan.finish_block_g, plan.finish_block_n)
-    grid = plan.finish_grid if tile is None else launch.finish_grid(plan.param_width, block_n)
+    grid = plan.finish_grid if tile is None else planner.finish_grid(plan.param_width, block_n)
     args = (*partials, dgamma, dbeta, dalpha, plan.param_width, plan.finish_rows, plan.n_dalpha_partials)
     constexprs = dict(BLOCK_G=block_g, BLOCK_N=block_n, PDL=plan.pdl)
     direct = not interpreter_active() and tile is None and num_warps is None
     direct_launch.launch(
         kernels.dyt_bwd_finish_kernel, grid, plan.launches, "finish", args, constexprs, direct=direct,
-        num_warps=num_warps or launch.FINISH_NUM_WARPS, launch_pdl=plan.pdl,
+        num_warps=num_warps or planner.FINISH_NUM_WARPS, launch_pdl=plan.pdl,
     )  # fmt: skip

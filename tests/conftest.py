@@ -14,7 +14,7 @@ import shlex
 import sys
 import zlib
 
-from dyt.gpu_matrix import interrupt_on_sigterm, pin_worker_gpu  # noqa: E402  (imports neither torch nor Triton)
+from dyt.service.gpu_matrix import interrupt_on_sigterm, pin_worker_gpu  # noqa: E402  (imports neither torch nor Triton)
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 pin_worker_gpu(os.environ)
@@ -85,7 +85,7 @@ def pytest_sessionstart(session):
         for k, v in props.items():
             xml.add_global_property(k, v)
     try:
-        from dyt import env
+        from dyt.service import env
 
         REPORTS.mkdir(parents=True, exist_ok=True)
         env.write_env(REPORTS / "env.json", seeds={"DYT_SEED": int(os.environ["DYT_SEED"])})

@@ -10,7 +10,7 @@ import math
 import torch
 
 import dyt
-from dyt import launch, launcher, reference
+from dyt import launcher, planner, reference
 
 from tolerances import assert_close
 
@@ -118,8 +118,8 @@ def plans_for(shape, dtype):
     item = torch.empty(0, dtype=dtype).element_size()
     interp = launcher.interpreter_active()
     return (
-        launch.plan_forward(M, C, item, (C, C), arch=arch, interpreter=interp),
-        launch.plan_backward(M, C, item, (C, C, C), sm_count=sms, arch=arch, interpreter=interp),
+        planner.plan_forward(M, C, item, (C, C), arch=arch, interpreter=interp),
+        planner.plan_backward(M, C, item, (C, C, C), sm_count=sms, arch=arch, interpreter=interp),
     )
 
 
@@ -135,9 +135,9 @@ def plan_tile(plan) -> tuple[int, int, int]:
 
 def table_with_forward_variant(field: str) -> dict:
     """A copy of this device's committed table, or of sm90's where this device's 16-bit 1024 forward entry
-    has no `field` variant (launch.FP32_PARAMS, launch.FOLDED: the interpreter's default table has none),
+    has no `field` variant (planner.FP32_PARAMS, planner.FOLDED: the interpreter's default table has none),
     for tests that make the variant apply at any size."""
-    table = launch.load_table(launcher.device_facts(device())[0])
-    if field not in launch.table_entry(table, "fwd", 2, launch.FOLD_WIDTH):
-        table = launch.load_table("sm90")
+    table = planner.load_table(launcher.device_facts(device())[0])
+    if field not in planner.table_entry(table, "fwd", 2, planner.FOLD_WIDTH):
+        table = planner.load_table("sm90")
     return copy.deepcopy(table)

@@ -40,7 +40,7 @@ class Mutant:
 
     name: str
     bug: str
-    module: str  # "dyt.kernels" (Triton, patched in the module text) or "dyt.launch" (plain Python)
+    module: str  # "dyt.kernels" (Triton, patched in the module text) or "dyt.planner" (plain Python)
     # (function, ((exact old text, new text, occurrences expected), ...)), per function patched
     targets: tuple[tuple[str, tuple[tuple[str, str, int], ...]], ...]
     suite: str
@@ -109,7 +109,7 @@ MUTANTS: dict[str, Mutant] = {
         Mutant(
             name="long_lane_runs",
             bug="a backward program's tiles summed in one run: each lane one chain of float32 additions",
-            module="dyt.launch",
+            module="dyt.planner",
             targets=(
                 (
                     "_plan_backward_view",
@@ -123,7 +123,7 @@ MUTANTS: dict[str, Mutant] = {
         Mutant(
             name="rows_on_grid_axis_1",
             bug="plans put row tiles on grid axis 1: grid=(n_col_blocks, n_row_tiles)",
-            module="dyt.launch",
+            module="dyt.planner",
             targets=(
                 # Both plans build their grid in _tile_fields.
                 ("_tile_fields", (("grid=(n_programs,),", "grid=(n_col_blocks, n_row_programs),", 1),)),
@@ -138,7 +138,7 @@ MUTANTS: dict[str, Mutant] = {
         Mutant(
             name="one_row_per_program",
             bug=f"launch table whose narrow entries (max_width <= {NARROW_WIDTH}) have BLOCK_M=1",
-            module="dyt.launch",
+            module="dyt.planner",
             targets=(
                 (
                     "load_table",
@@ -190,7 +190,7 @@ def build(name: str) -> dict:
 
     Triton's @jit needs a real file for inspect.getsource, so a kernel mutant is the whole dyt/kernels.py
     text with the one function's source replaced by its patched source, imported from a temp file. A
-    planner mutant is exec'd with the live dyt.launch globals, so launch.overrides() still applies to it.
+    planner mutant is exec'd with the live dyt.planner globals, so planner.overrides() still applies to it.
     """
     m = MUTANTS[name]
     module = importlib.import_module(m.module)
@@ -223,7 +223,7 @@ def build(name: str) -> dict:
 
 
 def activate(name: str) -> str:
-    """Swap the mutant into dyt.kernels / dyt.launch (looked up there at call time); returns a summary."""
+    """Swap the mutant into dyt.kernels / dyt.planner (looked up there at call time); returns a summary."""
     if name not in MUTANTS:
         raise KeyError(f"{ENV_VAR}={name!r}: unknown mutant; known: {sorted(MUTANTS)}")
     m = MUTANTS[name]

@@ -115,7 +115,7 @@ def test_entry_script_is_executable_and_robust():
     assert re.search(r"^set -E?euo pipefail$", text, re.M)
     # The documented reports path: $DYT_REPORTS, else <repo>/reports.
     assert 'REPORTS="${DYT_REPORTS:-$ROOT/reports}"' in text
-    assert "-m dyt.gpu_matrix" in text
+    assert "-m dyt.service.gpu_matrix" in text
     assert "-m dyt bench" in text and "--compare" in text and "--margin" in text
     assert "-m dyt report --reports" in text
     assert "GITHUB_STEP_SUMMARY" in text
@@ -180,7 +180,7 @@ def test_docs_carry_the_run_line(doc):
 def test_container_doc_shows_how_to_rerun_one_test():
     text = CONTAINER_DOC.read_text()
     assert re.search(r"dyt-kernels:latest -k ", text)
-    assert "--entrypoint python" in text and "-m dyt.gpu_matrix" in text
+    assert "--entrypoint python" in text and "-m dyt.service.gpu_matrix" in text
 
 
 def test_workflows_exist_and_never_use_pull_request_target():
@@ -262,7 +262,7 @@ def test_docker_run_requests_all_gpus_host_ipc_and_the_reports_mount(tmp_path):
 _STUB = r"""#!/usr/bin/env bash
 echo "$*" >> "$STUB_LOG"
 case "$1 $2" in
-  "-m dyt.gpu_matrix") sleep "${STUB_MATRIX_SLEEP:-0}"; exit "${STUB_MATRIX_RC:-0}" ;;
+  "-m dyt.service.gpu_matrix") sleep "${STUB_MATRIX_SLEEP:-0}"; exit "${STUB_MATRIX_RC:-0}" ;;
   "-m dyt") ;;
   *)
     if [[ "$1" == "-c" ]]; then echo "${STUB_GPU:-}"; exit 0; fi
@@ -316,7 +316,7 @@ def entry(tmp_path):
 def test_entry_exit_code_is_the_matrix(entry):
     proc, calls = entry("-k", "name with space", STUB_MATRIX_RC="1")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert calls[0] == "-m dyt.gpu_matrix -k name with space"
+    assert calls[0] == "-m dyt.service.gpu_matrix -k name with space"
     assert any(c.startswith("-m dyt bench") for c in calls) and any("-m dyt report" in c for c in calls)
     assert "1/3 GPU matrix" in proc.stdout and "3/3 report" in proc.stdout
 
@@ -375,7 +375,7 @@ def test_entry_stopped_during_the_matrix_skips_the_bench_and_still_reports(entry
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     calls = entry.calls()
-    assert calls[0].startswith("-m dyt.gpu_matrix"), calls
+    assert calls[0].startswith("-m dyt.service.gpu_matrix"), calls
     assert not any(c.startswith("-m dyt bench") for c in calls), calls
     assert any(c.startswith("-m dyt report") for c in calls), calls
     assert "bench: skipped (stopped by SIGTERM" in out and "stopped by SIGTERM" in out, out
@@ -394,11 +394,11 @@ def test_entry_skips_bench_and_fills_the_step_summary(entry, tmp_path):
 
 def test_entry_args_from_workflow_input(entry):
     _, calls = entry(DYT_PYTEST_ARGS="-m grid_limit -x")
-    assert calls[0] == "-m dyt.gpu_matrix -m grid_limit -x"
+    assert calls[0] == "-m dyt.service.gpu_matrix -m grid_limit -x"
 
 
 def test_cold_start_tool_times_an_empty_and_a_warm_cache(tmp_path):
-    """ci/cold_start.py runs two fresh processes over one Triton cache directory, the first starting
+    """tools/cold_start.py runs two fresh processes over one Triton cache directory, the first starting
     empty: the issue's cold-start measurement. With a GPU its children run there; without one, on the CPU
     through the Triton interpreter (the GPU machine's Triton 3.6 interpreter cannot run the backward)."""
     import torch
@@ -406,7 +406,7 @@ def test_cold_start_tool_times_an_empty_and_a_warm_cache(tmp_path):
     out = tmp_path / "cold.json"
     on_gpu = torch.cuda.is_available()
     env = dict(os.environ) if on_gpu else {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    cmd = [sys.executable, str(ROOT / "ci" / "cold_start.py"), "--shape", "40x64", "--dtype", "fp32",
+    cmd = [sys.executable, str(ROOT / "tools" / "cold_start.py"), "--shape", "40x64", "--dtype", "fp32",
            "--out", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

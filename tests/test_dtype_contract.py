@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import dyt
-from dyt import launch, launcher
+from dyt import launcher, planner
 
 from helpers import (
     DTYPES,
@@ -72,33 +72,33 @@ def test_float32_parameters_take_the_entrys_fp32_params_tile_from_its_size_on(wi
     """16-bit x with float32 gamma/beta runs the sm90 entry's fp32_params tile from min_elements on (2x1024
     on 2 warps: 4-10% faster there, 6-12% slower on smaller problems, NOTES.md v21); 16-bit parameters,
     float32 x and smaller problems keep the entry's own tile (folded rows with 16-bit parameters take the
-    entry's folded tile, dyt.launch.FOLDED). Folded widths (64 in rows of 1024) take the variant of the
+    entry's folded tile, dyt.planner.FOLDED). Folded widths (64 in rows of 1024) take the variant of the
     entry their folded rows use."""
-    table = launch.load_table("sm90")
-    entry = launch.table_entry(table, "fwd", 2, max(width, launch.FOLD_WIDTH))
-    big = entry[launch.FP32_PARAMS]["min_elements"]
+    table = planner.load_table("sm90")
+    entry = planner.table_entry(table, "fwd", 2, max(width, planner.FOLD_WIDTH))
+    big = entry[planner.FP32_PARAMS]["min_elements"]
     assert big == 2**24
     own = tile_of(entry)
-    assert tile_of(entry[launch.FP32_PARAMS]) != own
+    assert tile_of(entry[planner.FP32_PARAMS]) != own
 
     def tile(rows, itemsize, param_itemsize):
-        plan = launch.plan_forward(rows, width, itemsize, (width, width), param_itemsize=param_itemsize,
+        plan = planner.plan_forward(rows, width, itemsize, (width, width), param_itemsize=param_itemsize,
                                    arch="sm90")  # fmt: skip
-        assert plan.gamma_period == (width if width < launch.FOLD_WIDTH else 0)
+        assert plan.gamma_period == (width if width < planner.FOLD_WIDTH else 0)
         assert plan.BLOCK_M * plan.N // plan.param_width * plan.grid[0] // plan.n_col_blocks >= rows
         return plan.BLOCK_M, min(plan.BLOCK_N, entry["BLOCK_N"]), plan.num_warps
 
     rows = big // width
-    assert tile(rows, 2, 4) == tile_of(entry[launch.FP32_PARAMS])
-    assert tile(4 * rows, 2, 4) == tile_of(entry[launch.FP32_PARAMS])
+    assert tile(rows, 2, 4) == tile_of(entry[planner.FP32_PARAMS])
+    assert tile(4 * rows, 2, 4) == tile_of(entry[planner.FP32_PARAMS])
     # 16-bit parameters: the entry's own tile, or on folded rows its folded tile (same threshold on sm90)
-    folded = entry.get(launch.FOLDED) if width < launch.FOLD_WIDTH else None
+    folded = entry.get(planner.FOLDED) if width < planner.FOLD_WIDTH else None
     unmixed = tile_of(folded) if folded else own
     assert tile(rows, 2, 2) == unmixed
     assert tile(rows, 2, None) == unmixed
     assert tile(rows - 1, 2, 4) == own
-    fp32_entry = launch.table_entry(table, "fwd", 4, max(width, launch.FOLD_WIDTH))
-    assert launch.FP32_PARAMS not in fp32_entry
+    fp32_entry = planner.table_entry(table, "fwd", 4, max(width, planner.FOLD_WIDTH))
+    assert planner.FP32_PARAMS not in fp32_entry
     assert tile(rows, 4, 4) == tile_of(fp32_entry)
 
 
@@ -108,11 +108,11 @@ def test_the_launcher_plans_by_the_widest_of_gamma_and_beta():
     object would compile and cache its launches again: the direct-launch test looks them up by x)."""
     variant = {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 2, "min_elements": 640}
     entry = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 64, "num_warps": 4, "sign": "select",
-             launch.FP32_PARAMS: variant}  # fmt: skip
+             planner.FP32_PARAMS: variant}  # fmt: skip
     table = {"fwd": {"16bit": [entry], "fp32": [entry]}}
     x = torch.empty(10, 64, dtype=torch.bfloat16)
     half, full = torch.empty(64, dtype=torch.bfloat16), torch.empty(64)
-    with launch.overrides(table=table):
+    with planner.overrides(table=table):
         assert launcher.forward_plan(x, half, half).num_warps == 4
         assert launcher.forward_plan(x, half, None).num_warps == 4
         assert launcher.forward_plan(x, half, full).num_warps == 2
@@ -129,15 +129,15 @@ def test_fp32_params_tile_matches_the_reference(rows, width, x_dtype, seed):
     """The committed table's fp32_params tiles, made to apply at any size, on 16-bit x with float32
     parameters: folded rows, whole 1024-column rows, and 5000 columns in 1024-wide blocks (the last one
     padded)."""
-    table = table_with_forward_variant(launch.FP32_PARAMS)
+    table = table_with_forward_variant(planner.FP32_PARAMS)
     for entry in table["fwd"]["16bit"]:
-        if launch.FP32_PARAMS in entry:
-            entry[launch.FP32_PARAMS]["min_elements"] = 1
+        if planner.FP32_PARAMS in entry:
+            entry[planner.FP32_PARAMS]["min_elements"] = 1
     inp = make_inputs((rows, width), DTYPES[x_dtype], seed=seed, param_dtype=torch.float32)
-    with launch.overrides(table=table):
+    with planner.overrides(table=table):
         plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
-        wide = launch.table_entry(table, "fwd", 2, plan.N)
-        assert plan_tile(plan) == tile_of(wide[launch.FP32_PARAMS]), plan
+        wide = planner.table_entry(table, "fwd", 2, plan.N)
+        assert plan_tile(plan) == tile_of(wide[planner.FP32_PARAMS]), plan
         assert plan.gamma_period == (64 if width == 64 else 0)
         check_against_reference(inp, run(inp))
 
@@ -148,9 +148,9 @@ def test_fp32_params_tile_at_its_threshold(seed):
     float32 parameters (2^24 elements) against the float64 reference."""
     inp = make_inputs((4096, 4096), torch.bfloat16, seed=seed, param_dtype=torch.float32)
     plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
-    entry = launch.table_entry(launch.load_table(launcher.device_facts(device())[0]), "fwd", 2, 4096)
-    if launch.FP32_PARAMS in entry:
-        assert plan_tile(plan) == tile_of(entry[launch.FP32_PARAMS]), plan
+    entry = planner.table_entry(planner.load_table(launcher.device_facts(device())[0]), "fwd", 2, 4096)
+    if planner.FP32_PARAMS in entry:
+        assert plan_tile(plan) == tile_of(entry[planner.FP32_PARAMS]), plan
     check_against_reference(inp, run(inp))
 
 
@@ -184,7 +184,7 @@ def test_float32_parameter_grads_over_long_runs_of_one_term(seed):
         beta=torch.full((width,), 0.25, device=device(), requires_grad=True),
         dy=torch.full((rows, width), scale * ROUNDS_DOWN, device=device()),
     )
-    with launch.overrides(table=ONE_PROGRAM_PER_SM):
+    with planner.overrides(table=ONE_PROGRAM_PER_SM):
         plan = launcher.backward_plan(inp.x.detach(), inp.dy)
         assert plan.gamma_period == 0 and plan.BLOCK_M == 1
         outs = run(inp)
@@ -193,7 +193,7 @@ def test_float32_parameter_grads_over_long_runs_of_one_term(seed):
         "dbeta", outs[4], dbeta_ref, kind="param", storage=torch.float32, rss=dbeta_ref.abs() / rows**0.5
     )
     check_against_reference(inp, outs)
-    assert plan.tiles_per_program == RUN_TILES and plan.runs == RUN_TILES // launch.LANE_RUN_TILES
+    assert plan.tiles_per_program == RUN_TILES and plan.runs == RUN_TILES // planner.LANE_RUN_TILES
 
 
 BAD_DTYPES = [torch.int32, torch.int64, torch.bool, torch.complex64, torch.float64, torch.uint8]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import dyt
-from dyt import launch, launcher, reference
+from dyt import launcher, planner, reference
 
 from helpers import DTYPES, check_against_reference, device, make_inputs, plans_for, run
 from paths import PATHS, assert_path, path_context
@@ -27,8 +27,8 @@ SHAPE_CLASSES = [
 def _plans(rows, width, itemsize, row_stride=None):
     """Plans for contiguous rows, or for rows row_stride apart (padded rows: never folded)."""
     s = row_stride or width
-    fwd = launch.plan_forward(rows, width, itemsize, (s, width), arch="sm90")
-    bwd = launch.plan_backward(rows, width, itemsize, (s, s, width), sm_count=132, arch="sm90")
+    fwd = planner.plan_forward(rows, width, itemsize, (s, width), arch="sm90")
+    bwd = planner.plan_backward(rows, width, itemsize, (s, s, width), sm_count=132, arch="sm90")
     return fwd, bwd
 
 
@@ -42,9 +42,9 @@ def test_every_plan_is_one_dimensional_and_within_limits(itemsize):
     for rows, width in SHAPE_CLASSES:
         for plan in _plans(rows, width, itemsize):
             assert len(plan.grid) == 1, f"{rows}x{width}: grid {plan.grid} is not 1-D"
-            assert 1 <= plan.grid[0] <= launch.GRID_X_LIMIT, f"{rows}x{width}: grid {plan.grid}"
+            assert 1 <= plan.grid[0] <= planner.GRID_X_LIMIT, f"{rows}x{width}: grid {plan.grid}"
             covered = plan.grid[0] // plan.n_col_blocks * _caller_rows_per_tile(plan)
-            if isinstance(plan, launch.BwdPlan):
+            if isinstance(plan, planner.BwdPlan):
                 covered *= plan.tiles_per_program
                 assert len(plan.finish_grid) == 1 and plan.finish_grid[0] <= GRID_Y_LIMIT
             assert covered >= rows, f"{rows}x{width}: plan covers only {covered} rows"
@@ -58,7 +58,7 @@ def test_every_plan_is_one_dimensional_and_within_limits(itemsize):
 @pytest.mark.parametrize("contiguous", [False, True], ids=["padded_rows", "contiguous_rows"])
 def test_narrow_rows_are_tiled_several_per_program(width, itemsize, contiguous):
     """The seed's starvation bug class: one program per row on narrow widths. Padded rows stack in the
-    tile; contiguous rows of a power-of-two width are folded into 1024-wide rows (launch.fold_factor)."""
+    tile; contiguous rows of a power-of-two width are folded into 1024-wide rows (planner.fold_factor)."""
     fwd, bwd = _plans(2**20, width, itemsize, None if contiguous else 2 * width)
     for plan in (fwd, bwd):
         assert _caller_rows_per_tile(plan) >= 2 and plan.BLOCK_M * min(plan.BLOCK_N, plan.N) >= 512, (
@@ -104,8 +104,8 @@ def test_the_finishing_reduction_spreads_over_the_sms(width, itemsize):
     rows to 4 programs. Now as many programs as 16-column blocks allow, up to about one per SM, each
     adding its column block's partials in one or two steps."""
     _, bwd = _plans(2**26 // width, width, itemsize)
-    assert bwd.finish_grid[0] >= min(132 // 2, -(-width // launch.FINISH_MIN_BLOCK_N)), bwd
-    assert bwd.finish_block_g * bwd.finish_block_n == launch.FINISH_TILE
+    assert bwd.finish_grid[0] >= min(132 // 2, -(-width // planner.FINISH_MIN_BLOCK_N)), bwd
+    assert bwd.finish_block_g * bwd.finish_block_n == planner.FINISH_TILE
     steps = -(-bwd.finish_rows // bwd.finish_block_g)
     assert steps <= 2, f"{bwd.finish_rows} partial rows in steps of {bwd.finish_block_g}"
 
@@ -129,7 +129,7 @@ def test_small_problems_still_fill_the_gpu(rows, width):
     """The partial-traffic budget would leave most SMs idle on small problems (52 programs for 2048 x 4096
     bf16 on an H200's 132 SMs); they keep at least one program per SM where they have the tiles."""
     for itemsize in (2, 4):
-        bwd = launch.plan_backward(rows, width, itemsize, (width,) * 3, sm_count=132, arch="sm90")
+        bwd = planner.plan_backward(rows, width, itemsize, (width,) * 3, sm_count=132, arch="sm90")
         n_tiles = -(-bwd.M // bwd.BLOCK_M) * bwd.n_col_blocks  # tiles of the view (folded rows: fewer)
         assert bwd.grid[0] >= min(128, n_tiles), f"{rows}x{width} x{itemsize} B: {bwd.grid[0]} programs"
 
@@ -231,7 +231,7 @@ def test_widths_far_from_a_power_of_two_split_into_equal_blocks(width, block_n, 
     """768 columns in one 1024-wide block would leave a quarter of every tile idle: three blocks of 256
     do not. Widths without a large power-of-two divisor (100, 5000) keep their padded blocks."""
     entry = {"BLOCK_M": 4, "BLOCK_N": 1024, "num_warps": 4}
-    block_m, got_n, got_blocks = launch.tile_shape(entry, width)
+    block_m, got_n, got_blocks = planner.tile_shape(entry, width)
     assert (got_n, got_blocks) == (block_n, blocks)
     assert block_m * got_n == 4 * 1024, "the tile keeps its size"
 
@@ -243,7 +243,7 @@ def test_widths_far_from_a_power_of_two_split_into_equal_blocks(width, block_n, 
 def test_both_row_orders_and_the_masked_tail(order, width, dtype, lane_run, seed):
     """Both orders of the backward's persistent loop, whatever the committed tables choose, with whole
     tiles (the unmasked, pipelined loop), a last tile that is partial, and tiles past M (the masked loop);
-    at 100 columns every tile is masked. With runs of 2 tiles (dyt.launch.LANE_RUN_TILES, shortened), the
+    at 100 columns every tile is masked. With runs of 2 tiles (dyt.planner.LANE_RUN_TILES, shortened), the
     sums restart inside both loops and each run writes its own partials."""
     bwd = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 128 if width > 64 else 64, "num_warps": 4,
            "programs_per_sm": 2, "row_order": order, "num_stages": 3}  # fmt: skip
@@ -252,7 +252,7 @@ def test_both_row_orders_and_the_masked_tail(order, width, dtype, lane_run, seed
     # S SMs: 6S + 3 tiles dealt to S groups of 7 (the last run passes M unless 7 divides 6S + 3; not for
     # S = 4, the interpreter, or 132, an H100/H200); the last tile holds one row.
     rows = 4 * (6 * launcher.device_facts(device())[1] + 2) + 1
-    with launch.overrides(table=table, lane_run=lane_run):
+    with planner.overrides(table=table, lane_run=lane_run):
         _, plan = plans_for((rows, width), DTYPES[dtype])
         n_tiles = -(-rows // plan.BLOCK_M)
         assert plan.strided == (order == "strided") and rows % plan.BLOCK_M
@@ -267,7 +267,7 @@ def test_both_row_orders_and_the_masked_tail(order, width, dtype, lane_run, seed
     "width", [64, 256, 768], ids=["copies_added_in_registers", "whole_copies_as_rows", "copies_as_rows"]
 )
 def test_runs_of_tiles_on_folded_rows(width, dtype, seed):
-    """Folded rows whose programs restart their sums every 2 tiles (dyt.launch.LANE_RUN_TILES, shortened):
+    """Folded rows whose programs restart their sums every 2 tiles (dyt.planner.LANE_RUN_TILES, shortened):
     each run's partials go to rows of their own, with the copies of the true width added up in registers
     (64 columns in 1024-wide blocks) or written as rows (256 in 1024-wide blocks: a few whole copies, see
     the entry's copies_as_rows; 768 in 3072-wide rows of 1024-wide blocks); the last folded row ends
@@ -278,7 +278,7 @@ def test_runs_of_tiles_on_folded_rows(width, dtype, seed):
     sms = launcher.device_facts(device())[1]
     fold = {64: 16, 256: 4, 768: 4}[width]
     rows = fold * (14 * sms - 1) + fold // 2  # 14 S folded rows, the last one in half
-    with launch.overrides(table=table, lane_run=2):
+    with planner.overrides(table=table, lane_run=2):
         _, plan = plans_for((rows, width), DTYPES[dtype])
         assert (plan.gamma_period, plan.ragged, plan.copies_in_block) == (
             width,

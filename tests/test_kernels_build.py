@@ -55,8 +55,8 @@ def test_compile_checks_in_a_compiler_process(tmp_path):
     assert "skipped" not in out.stdout.splitlines()[-1] or "1 skipped" in out.stdout.splitlines()[-1]
 
 
-from dyt import kernels, launch  # noqa: E402
-from dyt.launch import LANE_RUN_TILES, TANH_METHODS  # noqa: E402
+from dyt import kernels, planner  # noqa: E402
+from dyt.planner import LANE_RUN_TILES, TANH_METHODS  # noqa: E402
 
 needs_compiler = pytest.mark.skipif(INTERPRETED, reason="runs in the child process of the test above")
 
@@ -84,7 +84,7 @@ def _bwd_signature(dt):
 
 
 # Every compile-time constant of each kernel, as the launcher passes them for a plain 4 x 1024 tile: the
-# tests (and ci/sass_stats.py) name only what they vary, so a new constant is added here once.
+# tests (and tools/sass_stats.py) name only what they vary, so a new constant is added here once.
 FWD_CONSTEXPRS = {"HAS_BETA": True, "BLOCK_M": 4, "BLOCK_N": 1024, "N_COL_BLOCKS": 1, "INT64": False,
                   "TANH": TANH_METHODS["poly_exp"], "APPROX": True, "GAMMA_PERIOD": 0, "RAGGED": False,
                   "SIGN_SELECT": True, "PDL": True, "POLY_TERMS": 5}  # fmt: skip
@@ -217,14 +217,14 @@ def test_without_pdl_no_grid_dependency_control(compile_kernel):
 def test_finish_compiles_for_its_planned_tiles(width, pdl):
     """With PDL the finish waits for the main kernel before its first load of a partial, then lets the
     next kernel launch."""
-    block_g, block_n = launch.finish_tile(width, sm_count=132)
+    block_g, block_n = planner.finish_tile(width, sm_count=132)
     finish = _compile(
         kernels.dyt_bwd_finish_kernel,
         {"PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp64", "DGAMMA": "*bf16",
          "DBETA": "*fp32", "DALPHA": "*fp32", "N": "i32", "n_groups": "i32", "n_dalpha_partials": "i32"},
         {"BLOCK_G": block_g, "BLOCK_N": block_n, "PDL": pdl},
         aligned=[],
-        num_warps=launch.FINISH_NUM_WARPS,
+        num_warps=planner.FINISH_NUM_WARPS,
     )  # fmt: skip
     ptx = finish.asm["ptx"]
     assert not ATOMIC.search(ptx)
@@ -241,8 +241,8 @@ def test_finish_compiles_for_its_planned_tiles(width, pdl):
 def test_pdl_is_planned_on_sm90_and_up_outside_the_interpreter(mode):
     def plan(arch, interpreter=False):
         if mode == "fwd":
-            return launch.plan_forward(4096, 1024, 2, (1024, 1024), arch=arch, interpreter=interpreter)
-        return launch.plan_backward(4096, 1024, 2, (1024, 1024, 1024), sm_count=132, arch=arch,
+            return planner.plan_forward(4096, 1024, 2, (1024, 1024), arch=arch, interpreter=interpreter)
+        return planner.plan_backward(4096, 1024, 2, (1024, 1024, 1024), sm_count=132, arch=arch,
                                     interpreter=interpreter)  # fmt: skip
 
     assert plan("sm90").pdl and plan("sm100").pdl
@@ -251,9 +251,9 @@ def test_pdl_is_planned_on_sm90_and_up_outside_the_interpreter(mode):
 
 
 def test_a_replaced_plan_compiles_its_own_kernels():
-    """Tools time a plan beside a variant of it (ci/bwd_split.py: with and without PDL); the kernels cached
+    """Tools time a plan beside a variant of it (tools/bwd_split.py: with and without PDL); the kernels cached
     for one must not launch for the other, whose compile-time constants differ."""
-    plan = launch.plan_forward(4096, 1024, 2, (1024, 1024), arch="sm90")
+    plan = planner.plan_forward(4096, 1024, 2, (1024, 1024), arch="sm90")
     plan.launches["key"] = "a kernel compiled with PDL"
     variant = plan.replaced(pdl=False)
     assert not variant.pdl and variant.launches == {} and plan.launches
@@ -275,8 +275,8 @@ def test_which_launches_overlap_the_kernel_before(monkeypatch):
 
     monkeypatch.setattr(launcher.direct_launch, "launch", record)
     monkeypatch.setattr(launcher, "_current", lambda device: contextlib.nullcontext())
-    fwd = launch.plan_forward(4096, 1024, 2, (1024, 1024), arch="sm90")
-    bwd = launch.plan_backward(4096, 1024, 2, (1024, 1024, 1024), sm_count=132, arch="sm90")
+    fwd = planner.plan_forward(4096, 1024, 2, (1024, 1024), arch="sm90")
+    bwd = planner.plan_backward(4096, 1024, 2, (1024, 1024, 1024), sm_count=132, arch="sm90")
     x = torch.empty(4096, 1024)
     launcher.launch_forward(fwd, x, x, x, x, None)
     launcher.launch_backward_main(bwd, x, x, x, x, x, (x, x, x))

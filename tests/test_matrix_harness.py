@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from dyt import gpu_matrix
+from dyt.service import gpu_matrix
 
 pytestmark = pytest.mark.tooling
 ROOT = pathlib.Path(__file__).parents[1]
@@ -40,7 +40,7 @@ def test_no_gpu_fails_loudly(monkeypatch, capsys):
 STAND_INS = {
     "conftest.py": """
         import json, os, pathlib
-        from dyt.gpu_matrix import pin_worker_gpu
+        from dyt.service.gpu_matrix import pin_worker_gpu
         pin_worker_gpu(os.environ)
 
         def pytest_configure(config):
@@ -96,7 +96,7 @@ def test_two_workers_survive_a_crash_and_a_hang(tmp_path):
 
 STOPPED_STAND_INS = {
     "conftest.py": """
-        from dyt.gpu_matrix import interrupt_on_sigterm
+        from dyt.service.gpu_matrix import interrupt_on_sigterm
 
         def pytest_configure(config):
             interrupt_on_sigterm()

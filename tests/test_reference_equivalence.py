@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import dyt
-from dyt import direct_launch, kernels, launch, launcher, ops, reference, torch_path
+from dyt import direct_launch, kernels, launcher, ops, planner, reference, torch_path
 
 from helpers import (
     DTYPES,
@@ -240,17 +240,20 @@ def test_saturated_tail(path, seed):
 def test_interpreter_swaps_gpu_only_tanh_methods(method):
     """libdevice tanh and PTX tanh.approx have no interpreter implementation: there the plan swaps them for
     the default method; on a GPU the plan keeps them."""
-    with launch.overrides(tanh=method):
+    with planner.overrides(tanh=method):
         assert (
-            launch.plan_forward(8, 64, 2, (64, 64), interpreter=True).tanh == launch.TANH_METHODS["poly_exp"]
+            planner.plan_forward(8, 64, 2, (64, 64), interpreter=True).tanh
+            == planner.TANH_METHODS["poly_exp"]
         )
-        assert launch.plan_forward(8, 64, 2, (64, 64), interpreter=False).tanh == launch.TANH_METHODS[method]
+        assert (
+            planner.plan_forward(8, 64, 2, (64, 64), interpreter=False).tanh == planner.TANH_METHODS[method]
+        )
 
 
 def test_the_tanh_method_comes_from_dyt_tanh_at_import():
     """DYT_TANH names the method for the whole process, read once when dyt is imported (an environment
     lookup on every plan lookup cost host time, NOTES.md v27); an unknown name fails at the first plan."""
-    code = "from dyt import launch; print(launch.plan_forward(8, 64, 2, (64, 64), interpreter=False).tanh)"
+    code = "from dyt import planner; print(planner.plan_forward(8, 64, 2, (64, 64), interpreter=False).tanh)"
 
     def plan_in_child(value):
         env = {**os.environ, "DYT_TANH": value}
@@ -259,7 +262,7 @@ def test_the_tanh_method_comes_from_dyt_tanh_at_import():
     for value, method in (("hw_approx", "hw_approx"), ("libdevice", "libdevice"), ("", "poly_exp")):
         child = plan_in_child(value)
         assert child.returncode == 0, child.stderr
-        assert child.stdout.strip() == str(launch.TANH_METHODS[method]), value
+        assert child.stdout.strip() == str(planner.TANH_METHODS[method]), value
     child = plan_in_child("fastest")
     assert child.returncode != 0 and "DYT_TANH" in child.stderr and "'fastest'" in child.stderr
 
@@ -273,9 +276,9 @@ def test_gpu_tanh_methods(path, seed):
     unit in the last place of the bfloat16 the result is stored in."""
     width = PATHS[path][0]
     inp = make_inputs((300, width), torch.bfloat16, seed=seed, param_dtype=torch.float32)
-    with path_context(path), launch.overrides(tanh="libdevice"):
+    with path_context(path), planner.overrides(tanh="libdevice"):
         check_against_reference(inp, run(inp))
-    with path_context(path), launch.overrides(tanh="hw_approx"):
+    with path_context(path), planner.overrides(tanh="hw_approx"):
         y, dx, *_ = run(inp)
     y_ref = reference.dyt_forward_reference(inp.x, inp.alpha, inp.gamma, inp.beta)
     dx_ref = reference.dyt_backward_reference(inp.dy, inp.x, inp.alpha, inp.gamma, inp.beta)[0]
@@ -301,7 +304,7 @@ FOLD_CASES = [(256, 64, True), (48, 64, True), (50, 64, True), (3, 2, False), (5
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("alpha", [None, float("inf")], ids=["alpha", "inf_alpha"])
 def test_contiguous_rows_fold(rows, width, folds, dtype, alpha, seed):
-    """Contiguous rows run as rows of a multiple of 1024 columns where dyt.launch.fold_factor allows
+    """Contiguous rows run as rows of a multiple of 1024 columns where dyt.planner.fold_factor allows
     (64 -> 1024; in the backward also 768 -> 3072): against the reference, with an infinite alpha where the
     folded view's last tile or row is partial, and bit for bit against the same rows unfolded (every
     other row of a taller tensor), for y and dx."""
@@ -332,38 +335,38 @@ def test_folded_rows_take_the_entrys_folded_tile_from_its_size_on(width):
     """16-bit rows folded into the sm90 1024 entry's rows run its folded tile from min_elements on (2x1024
     on 4 warps: 1-1.5% faster than 4x1024 at 2^26 elements, NOTES.md v22); smaller problems, rows of the
     entry's own width, float32 x keep the entry's tile, and float32 parameters take fp32_params first."""
-    table = launch.load_table("sm90")
-    entry = launch.table_entry(table, "fwd", 2, launch.FOLD_WIDTH)
-    big = entry[launch.FOLDED]["min_elements"]
+    table = planner.load_table("sm90")
+    entry = planner.table_entry(table, "fwd", 2, planner.FOLD_WIDTH)
+    big = entry[planner.FOLDED]["min_elements"]
     assert big == 2**24
     own = tile_of(entry)
-    assert tile_of(entry[launch.FOLDED]) != own
+    assert tile_of(entry[planner.FOLDED]) != own
 
     def tile(rows, n, itemsize=2, param_itemsize=None):
-        plan = launch.plan_forward(rows, n, itemsize, (n, n), param_itemsize=param_itemsize, arch="sm90")
-        assert plan.gamma_period == (n if n < launch.FOLD_WIDTH else 0), plan
+        plan = planner.plan_forward(rows, n, itemsize, (n, n), param_itemsize=param_itemsize, arch="sm90")
+        assert plan.gamma_period == (n if n < planner.FOLD_WIDTH else 0), plan
         return plan_tile(plan)
 
     rows = big // width
-    assert tile(rows, width) == tile_of(entry[launch.FOLDED])
+    assert tile(rows, width) == tile_of(entry[planner.FOLDED])
     # the folded tile's polynomial (3 terms on sm90) comes with it, as fp32_params' does; the entry's own
     # plans keep 5, and a variant without a poly of its own runs its entry's
-    poly = launch.plan_forward(rows, width, 2, (width, width), arch="sm90").poly_terms
-    assert poly == entry[launch.FOLDED].get("poly", 5) == 3
-    assert launch.plan_forward(rows - 1, width, 2, (width, width), arch="sm90").poly_terms == 5
-    mixed_plan = launch.plan_forward(rows, width, 2, (width, width), param_itemsize=4, arch="sm90")
-    assert mixed_plan.poly_terms == entry[launch.FP32_PARAMS]["poly"] == 3
+    poly = planner.plan_forward(rows, width, 2, (width, width), arch="sm90").poly_terms
+    assert poly == entry[planner.FOLDED].get("poly", 5) == 3
+    assert planner.plan_forward(rows - 1, width, 2, (width, width), arch="sm90").poly_terms == 5
+    mixed_plan = planner.plan_forward(rows, width, 2, (width, width), param_itemsize=4, arch="sm90")
+    assert mixed_plan.poly_terms == entry[planner.FP32_PARAMS]["poly"] == 3
     own_poly = copy.deepcopy(table)
-    del launch.table_entry(own_poly, "fwd", 2, launch.FOLD_WIDTH)[launch.FP32_PARAMS]["poly"]
-    with launch.overrides(table=own_poly):
-        assert launch.plan_forward(rows, width, 2, (width, width), param_itemsize=4).poly_terms == 5
-    assert tile(4 * rows, width) == tile_of(entry[launch.FOLDED])
+    del planner.table_entry(own_poly, "fwd", 2, planner.FOLD_WIDTH)[planner.FP32_PARAMS]["poly"]
+    with planner.overrides(table=own_poly):
+        assert planner.plan_forward(rows, width, 2, (width, width), param_itemsize=4).poly_terms == 5
+    assert tile(4 * rows, width) == tile_of(entry[planner.FOLDED])
     assert tile(rows - 1, width) == own
-    assert tile(4 * big // launch.FOLD_WIDTH, launch.FOLD_WIDTH) == own  # not folded: the entry's own width
-    mixed = entry[launch.FP32_PARAMS]
+    assert tile(4 * big // planner.FOLD_WIDTH, planner.FOLD_WIDTH) == own  # not folded: the entry's own width
+    mixed = entry[planner.FP32_PARAMS]
     assert tile(rows, width, 2, 4) == tile_of(mixed)
-    fp32_entry = launch.table_entry(table, "fwd", 4, launch.FOLD_WIDTH)
-    assert launch.FOLDED not in fp32_entry
+    fp32_entry = planner.table_entry(table, "fwd", 4, planner.FOLD_WIDTH)
+    assert planner.FOLDED not in fp32_entry
     assert tile(rows, width, 4) == tile_of(fp32_entry)
 
 
@@ -375,21 +378,21 @@ def test_folded_tile_gives_the_bits_of_the_entrys_own(rows, width, dtype, alpha,
     the last folded row in part; an infinite alpha makes NaN wherever padding were not masked), and y bit
     for bit that of the entry's own tile on the same polynomial (the tile moves elements between lanes, not
     their arithmetic)."""
-    table = table_with_forward_variant(launch.FOLDED)
-    own = launch.table_entry(table, "fwd", 2, launch.FOLD_WIDTH)
+    table = table_with_forward_variant(planner.FOLDED)
+    own = planner.table_entry(table, "fwd", 2, planner.FOLD_WIDTH)
     own_tile = tile_of(own)
     without = copy.deepcopy(table)  # the entry's own tile, on the folded tile's polynomial
     for entry in without["fwd"]["16bit"]:
-        variant = entry.pop(launch.FOLDED, None)
+        variant = entry.pop(planner.FOLDED, None)
         if variant:
             entry["poly"] = variant.get("poly", 5)
     for entry in table["fwd"]["16bit"]:
-        if launch.FOLDED in entry:
-            entry[launch.FOLDED]["min_elements"] = 1
+        if planner.FOLDED in entry:
+            entry[planner.FOLDED]["min_elements"] = 1
     inp = make_inputs((rows, width), DTYPES[dtype], seed=seed, alpha=alpha)
     ys = []
-    for tab, want in ((table, tile_of(own[launch.FOLDED])), (without, own_tile)):
-        with launch.overrides(table=tab):
+    for tab, want in ((table, tile_of(own[planner.FOLDED])), (without, own_tile)):
+        with planner.overrides(table=tab):
             plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
             assert (*plan_tile(plan), plan.gamma_period) == (*want, width), plan
             outs = run(inp)
@@ -404,10 +407,10 @@ def test_folded_tile_at_its_threshold(seed):
     in rows of 1024) against the float64 reference."""
     inp = make_inputs((262144, 64), torch.bfloat16, seed=seed)
     plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
-    entry = launch.table_entry(launch.load_table(launcher.device_facts(device())[0]), "fwd", 2, plan.N)
+    entry = planner.table_entry(planner.load_table(launcher.device_facts(device())[0]), "fwd", 2, plan.N)
     assert plan.gamma_period == 64
-    if launch.FOLDED in entry:
-        assert plan_tile(plan) == tile_of(entry[launch.FOLDED]), plan
+    if planner.FOLDED in entry:
+        assert plan_tile(plan) == tile_of(entry[planner.FOLDED]), plan
     check_against_reference(inp, run(inp))
 
 
@@ -422,9 +425,9 @@ def test_both_forward_sign_forms_give_the_same_bits(path, dtype, seed):
     inp.x.data[0, :3] = torch.tensor([0.0, -0.0, -1e-30], dtype=dt)
     ys = []
     for sign in ("select", "bitwise"):
-        table = launch.load_table(launcher.device_facts(device())[0])
+        table = planner.load_table(launcher.device_facts(device())[0])
         table = {**table, "fwd": {b: [{**e, "sign": sign} for e in es] for b, es in table["fwd"].items()}}
-        with path_context(path), launch.overrides(table=table):
+        with path_context(path), planner.overrides(table=table):
             assert plans_for((37, width), dt)[0].sign_select == (sign == "select")
             outs = run(inp)
             check_against_reference(inp, outs, label=f"sign {sign}: ")
@@ -438,31 +441,31 @@ def _with_poly(table: dict, terms: int) -> dict:
     for entries in table["fwd"].values():
         for entry in entries:
             entry["poly"] = terms
-            for field in (launch.FP32_PARAMS, launch.FOLDED):
+            for field in (planner.FP32_PARAMS, planner.FOLDED):
                 if field in entry:
                     entry[field]["poly"] = terms
     return table
 
 
-@pytest.mark.parametrize("terms", launch.POLY_TERMS)
+@pytest.mark.parametrize("terms", planner.POLY_TERMS)
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 def test_both_forward_polynomials_meet_the_contract(terms, dtype, seed):
     """The table picks per entry tanh's polynomial near 0 (5 terms below |z| = 0.6, or 3 below 0.4): each,
     everywhere, against the reference with |alpha x| spread over [0, 1.5], where the polynomial hands over
     to 1 - 2 / (exp(2|z|) + 1), through folded (64), whole (1024) and split (768) rows."""
     dt = DTYPES[dtype]
-    table = _with_poly(launch.load_table(launcher.device_facts(device())[0]), terms)
+    table = _with_poly(planner.load_table(launcher.device_facts(device())[0]), terms)
     for rows, width in ((48, 64), (9, 1024), (7, 768)):
         inp = make_inputs((rows, width), dt, seed=seed, alpha=0.75)
         gen = torch.Generator().manual_seed(seed)
         x = (torch.rand(rows, width, generator=gen) * 4 - 2).to(dt).to(inp.x.device)
         inp.x = x.requires_grad_()
-        with launch.overrides(table=table):
+        with planner.overrides(table=table):
             assert plans_for((rows, width), dt)[0].poly_terms == terms
             check_against_reference(inp, run(inp), label=f"poly {terms}: ")
 
 
-@pytest.mark.parametrize("terms", launch.POLY_TERMS)
+@pytest.mark.parametrize("terms", planner.POLY_TERMS)
 def test_each_forward_polynomial_stays_within_four_float32_ulps(terms):
     """y = tanh(x) in float32 (gamma 1, beta 0, alpha 1) at 2^16 points of |z| in [0, 1.2], both signs,
     element by element: the 3-term polynomial (up to 2.4 float32 ulps) and the exp branch it hands over
@@ -470,7 +473,7 @@ def test_each_forward_polynomial_stays_within_four_float32_ulps(terms):
     z = torch.linspace(0, 1.2, 2**16, dtype=torch.float32)
     x = torch.cat([z, -z]).view(-1, 1024).to(device())
     ones, zeros = torch.ones(1024, device=x.device), torch.zeros(1024, device=x.device)
-    with launch.overrides(table=_with_poly(launch.load_table(launcher.device_facts(device())[0]), terms)):
+    with planner.overrides(table=_with_poly(planner.load_table(launcher.device_facts(device())[0]), terms)):
         y = dyt.dyt(x, torch.ones(1, device=x.device), ones, zeros)
     ref = torch.tanh(x.double())
     worst = float(((y.double() - ref).abs() / ulp(ref, torch.float32)).max())
@@ -478,11 +481,11 @@ def test_each_forward_polynomial_stays_within_four_float32_ulps(terms):
 
 
 def test_a_forward_entrys_poly_must_be_known():
-    table = copy.deepcopy(launch.load_table("sm90"))
+    table = copy.deepcopy(planner.load_table("sm90"))
     for entry in table["fwd"]["16bit"]:
         entry["poly"] = 4
-    with launch.overrides(table=table), pytest.raises(ValueError, match="poly must be one of"):
-        launch.plan_forward(4096, 64, 2, (64, 64), arch="sm90")
+    with planner.overrides(table=table), pytest.raises(ValueError, match="poly must be one of"):
+        planner.plan_forward(4096, 64, 2, (64, 64), arch="sm90")
 
 
 def test_launch_call_sites_pass_their_constants_last(monkeypatch, seed):

@@ -23,7 +23,7 @@ import pytest
 # The report reads JUnit through junitparser (the `report` extra); a GPU box running in place may lack it.
 pytest.importorskip("junitparser", reason="the report extra is not installed: pip install -e .[report]")
 
-from dyt import bench, report  # noqa: E402
+from dyt.service import bench, gate, records, report  # noqa: E402
 
 pytestmark = pytest.mark.tooling
 
@@ -219,23 +219,23 @@ def _regressed(drop: float, n: int = 1024, mode: str = "fwd") -> dict:
 
 
 def test_gate_passes_identical_data():
-    result = bench.gate(_perf(), _perf())
-    assert result.code == bench.GATE_OK
+    result = gate.gate(_perf(), _perf())
+    assert result.code == gate.GATE_OK
     assert result.compared == 10  # every dyt row of the fixture
     assert result.regressions == []
 
 
 def test_gate_catches_a_regression_and_names_the_row():
-    result = bench.gate(_regressed(0.2), _perf(), margin=0.05)
-    assert result.code == bench.GATE_REGRESSION
+    result = gate.gate(_regressed(0.2), _perf(), margin=0.05)
+    assert result.code == gate.GATE_REGRESSION
     assert [r["key"] for r in result.regressions] == [(65536, 1024, "bfloat16", "bfloat16", "fwd")]
     assert any("65536x1024 bfloat16 fwd" in line and "0.900 -> 0.700" in line for line in result.lines)
 
 
 def test_gate_margin_is_absolute_in_ratio():
-    assert bench.gate(_regressed(0.04), _perf(), margin=0.05).code == bench.GATE_OK
-    assert bench.gate(_regressed(0.06), _perf(), margin=0.05).code == bench.GATE_REGRESSION
-    assert bench.gate(_regressed(0.06), _perf(), margin=0.1).code == bench.GATE_OK
+    assert gate.gate(_regressed(0.04), _perf(), margin=0.05).code == gate.GATE_OK
+    assert gate.gate(_regressed(0.06), _perf(), margin=0.05).code == gate.GATE_REGRESSION
+    assert gate.gate(_regressed(0.06), _perf(), margin=0.1).code == gate.GATE_OK
 
 
 def test_gate_compares_graph_ratios_when_both_runs_have_them():
@@ -247,14 +247,14 @@ def test_gate_compares_graph_ratios_when_both_runs_have_them():
                 rec["graph_ratio_to_ceiling"] = 0.9
     key = (65536, 1024, "bfloat16", "bfloat16", "fwd")
     for rec in jittery["records"]:
-        if rec["provider"] == "dyt" and bench.record_key(rec) == key:
+        if rec["provider"] == "dyt" and records.record_key(rec) == key:
             rec["ratio_to_ceiling"] -= 0.3  # the host got slower; the kernel did not
     for rec in slower["records"]:
-        if rec["provider"] == "dyt" and bench.record_key(rec) == key:
+        if rec["provider"] == "dyt" and records.record_key(rec) == key:
             rec["graph_ratio_to_ceiling"] = 0.8  # the kernel got slower
-    assert bench.gate(jittery, base).code == bench.GATE_OK
-    result = bench.gate(slower, base)
-    assert result.code == bench.GATE_REGRESSION
+    assert gate.gate(jittery, base).code == gate.GATE_OK
+    result = gate.gate(slower, base)
+    assert result.code == gate.GATE_REGRESSION
     assert any("graph_ratio_to_ceiling 0.900 -> 0.800" in line for line in result.lines)
 
 
@@ -263,7 +263,7 @@ def test_gate_judges_only_our_rows():
     for rec in data["records"]:
         if rec["provider"] != "dyt" and rec["ratio_to_ceiling"] is not None:
             rec["ratio_to_ceiling"] = 0.0
-    assert bench.gate(data, _perf()).code == bench.GATE_OK
+    assert gate.gate(data, _perf()).code == gate.GATE_OK
 
 
 def test_gate_counts_a_row_that_now_fails():
@@ -272,18 +272,18 @@ def test_gate_counts_a_row_that_now_fails():
         r for r in data["records"] if r["provider"] == "dyt" and r["M"] == 50432 and r["mode"] == "bwd"
     )
     rec.update(error="OutOfMemoryError: CUDA out of memory", ratio_to_ceiling=None, median_ms=None)
-    result = bench.gate(data, _perf())
-    assert result.code == bench.GATE_REGRESSION
+    result = gate.gate(data, _perf())
+    assert result.code == gate.GATE_REGRESSION
     assert "OutOfMemoryError" in "\n".join(result.lines)
 
 
 def test_gate_other_gpu_model_is_not_compared():
     other = copy.deepcopy(_regressed(0.5))
     other["env"]["gpu_name"] = "NVIDIA A100-SXM4-80GB"
-    lenient = bench.gate(other, _perf())
-    assert lenient.code == bench.GATE_OK and lenient.compared == 0
+    lenient = gate.gate(other, _perf())
+    assert lenient.code == gate.GATE_OK and lenient.compared == 0
     assert "WARNING" in lenient.lines[0] and "A100" in lenient.lines[0]
-    assert bench.gate(other, _perf(), strict=True).code == bench.GATE_NOT_COMPARABLE
+    assert gate.gate(other, _perf(), strict=True).code == gate.GATE_NOT_COMPARABLE
 
 
 def test_gate_cli_exit_codes(tmp_path):
@@ -319,7 +319,7 @@ def test_gate_and_report_import_neither_torch_nor_triton(reports, tmp_path):
         f"""
         import sys, types
         pkg = types.ModuleType("dyt"); pkg.__path__ = [{str(ROOT / "dyt")!r}]; sys.modules["dyt"] = pkg
-        from dyt.__main__ import main
+        from dyt.service.cli import main
         assert main(["gate", {str(PERF)!r}, {str(PERF)!r}]) == 0
         assert "torch" not in sys.modules, "gate imported torch"
         assert main(["report", "--reports", {str(reports)!r}]) == 0
@@ -355,8 +355,8 @@ def test_shape_sets():
 
 def test_perf_path_names_gpu_and_sha():
     env = {"gpu_name": "NVIDIA H200", "git_sha": "0123456789abcdef"}
-    assert bench.perf_path(Path("reports/perf"), env) == Path("reports/perf/nvidia-h200-0123456.json")
-    assert bench.gpu_slug(None) == "unknown-gpu"
+    assert records.perf_path(Path("reports/perf"), env) == Path("reports/perf/nvidia-h200-0123456.json")
+    assert records.gpu_slug(None) == "unknown-gpu"
 
 
 def test_harness_records_on_cpu():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dyt import launch, tune
+from dyt import planner
+from dyt.service import tune
 
 pytestmark = pytest.mark.tooling
 
@@ -17,12 +18,12 @@ def test_every_candidate_plans(mode, width):
     rows = 2**26 // width
     for entry in tune.candidates(mode, width):
         table = {m: {b: [entry] for b in tune.BUCKET_DTYPES} for m in ("fwd", "bwd")}
-        with launch.overrides(table=table):
+        with planner.overrides(table=table):
             if mode == "fwd":
-                plan = launch.plan_forward(rows, width, 2, (width, width), arch="sm90")
+                plan = planner.plan_forward(rows, width, 2, (width, width), arch="sm90")
                 assert plan.poly_terms == entry.get("poly", 5)
             else:
-                plan = launch.plan_backward(rows, width, 2, (width,) * 3, sm_count=132, arch="sm90")
+                plan = planner.plan_backward(rows, width, 2, (width,) * 3, sm_count=132, arch="sm90")
                 assert plan.num_stages == entry["num_stages"]
         assert plan.n_col_blocks * plan.BLOCK_N >= width, entry
 
@@ -39,27 +40,27 @@ def test_a_retune_keeps_the_hand_set_fields_of_the_entry_it_replaces():
     """copies_as_rows matters only where a bucket's entry serves folded narrower widths, which timing the
     bucket's own width cannot see: the sm90 16-bit backward's 1024 entry keeps it, other buckets get none.
     Likewise fp32_params, which only float32 parameters on 16-bit x use, and the forward's folded tile."""
-    table = launch.load_table("sm90")
+    table = planner.load_table("sm90")
     best = tune.candidates("bwd", 1024)[0]
-    current = launch.table_entry(table, "bwd", 2, 1024)
+    current = planner.table_entry(table, "bwd", 2, 1024)
     assert current["copies_as_rows"] == 4
     entry = tune.tuned_entry(best, current, 1024, 0.1)
     assert entry == {**best, "copies_as_rows": 4, "max_width": 1024, "median_us": 100.0}
-    wider = tune.tuned_entry(best, launch.table_entry(table, "bwd", 2, 2048), 2048, 0.1)
+    wider = tune.tuned_entry(best, planner.table_entry(table, "bwd", 2, 2048), 2048, 0.1)
     assert "copies_as_rows" not in wider
     # fp32_params (the forward's tile for float32 parameters on 16-bit x) is timed by no retune either
-    fwd_current = launch.table_entry(table, "fwd", 2, 4096)
+    fwd_current = planner.table_entry(table, "fwd", 2, 4096)
     fwd_entry = tune.tuned_entry(tune.candidates("fwd", 4096)[0], fwd_current, 4096, 0.1)
-    assert fwd_entry[launch.FP32_PARAMS] == fwd_current[launch.FP32_PARAMS]
+    assert fwd_entry[planner.FP32_PARAMS] == fwd_current[planner.FP32_PARAMS]
     fp32_entry = tune.tuned_entry(
-        tune.candidates("fwd", 4096)[0], launch.table_entry(table, "fwd", 4, 4096), 4096, 0.1
+        tune.candidates("fwd", 4096)[0], planner.table_entry(table, "fwd", 4, 4096), 4096, 0.1
     )
-    assert launch.FP32_PARAMS not in fp32_entry
+    assert planner.FP32_PARAMS not in fp32_entry
     # folded (the forward's tile for rows folded from narrower widths) likewise, in the 1024 entry only
-    fwd_1024 = launch.table_entry(table, "fwd", 2, 1024)
+    fwd_1024 = planner.table_entry(table, "fwd", 2, 1024)
     kept = tune.tuned_entry(tune.candidates("fwd", 1024)[0], fwd_1024, 1024, 0.1)
-    assert kept[launch.FOLDED] == fwd_1024[launch.FOLDED]
-    assert launch.FOLDED not in fwd_entry
+    assert kept[planner.FOLDED] == fwd_1024[planner.FOLDED]
+    assert planner.FOLDED not in fwd_entry
 
 
 def test_every_committed_entry_is_one_the_tuner_tries():
@@ -67,7 +68,7 @@ def test_every_committed_entry_is_one_the_tuner_tries():
     width bucket's candidates, so a retune can keep it (a hand-made choice widens the search first). The
     default table is hand-written for GPUs nobody tuned, in fewer fields."""
     arch = "sm90"
-    table = launch.load_table(arch)
+    table = planner.load_table(arch)
     for mode in ("fwd", "bwd"):
         for bucket, entries in table[mode].items():
             for entry in entries:
@@ -83,5 +84,7 @@ def test_every_committed_entry_is_one_the_tuner_tries():
 def test_no_candidate_is_timed_twice(mode, width):
     """A block wider than the row shrinks to the row's width, so it would repeat a narrower candidate."""
     knobs = ("sign", "poly", "programs_per_sm", "row_order", "num_stages", "num_warps")
-    shapes = [(launch.tile_shape(c, width), *(c.get(k) for k in knobs)) for c in tune.candidates(mode, width)]
+    shapes = [
+        (planner.tile_shape(c, width), *(c.get(k) for k in knobs)) for c in tune.candidates(mode, width)
+    ]
     assert len(shapes) == len(set(shapes))

@@ -1,10 +1,10 @@
 """The backward's dalpha accumulation emulated in numpy at 131073 x 16384 bf16 (the sm90 plan: 384
 programs x 2048 lanes x 2731 tiles): per-lane float32 sums over the whole run as ffab133 kept them (lanes
 added in float32), with Kahan's compensation, with the rounding error of each addition added up apart
-(Fast2Sum, 506b5c6), and in runs of dyt.launch.LANE_RUN_TILES tiles whose lane sums go to float64 (what
+(Fast2Sum, 506b5c6), and in runs of dyt.planner.LANE_RUN_TILES tiles whose lane sums go to float64 (what
 the kernel does since 0950e49), against float64. Dev tool for NOTES.md (no GPU; ~2 minutes).
 
-    python ci/dalpha_emulation.py [SEED]
+    python tools/dalpha_emulation.py [SEED]
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 PROGRAMS, LANES, STEPS = 384, 2048, 2731  # 131073 x 16384 elements: 65537 tiles of 2 x 1024 over 24 groups
-RUN = 256  # dyt.launch.LANE_RUN_TILES
+RUN = 256  # dyt.planner.LANE_RUN_TILES
 ALPHA = np.float32(0.7)
 
 

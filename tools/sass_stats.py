@@ -1,7 +1,7 @@
 """Registers and SASS instructions per element of the kernels, compiled for sm_90 on any machine.
 
-    python ci/sass_stats.py bwd bf16 1x1024x4 2x1024x8x4  # mode, dtype, BLOCK_MxBLOCK_Nxwarps[xNUM_STAGES]
-    python ci/sass_stats.py fwd fp32 4x1024x4 4x1024x4x0   # forward: a last field of 0 takes the bitwise sign
+    python tools/sass_stats.py bwd bf16 1x1024x4 2x1024x8x4  # mode, dtype, BLOCK_MxBLOCK_Nxwarps[xNUM_STAGES]
+    python tools/sass_stats.py fwd fp32 4x1024x4 4x1024x4x0   # forward: a last field of 0 takes the bitwise sign
 
 Compiles with triton.compile for Hopper (no GPU needed; Triton's wheel carries ptxas and cuobjdump), reads
 the register count from `cuobjdump -res-usage`, and counts the SASS of the backward's persistent loop
@@ -52,7 +52,7 @@ def loop_body(instructions: list[tuple[int, str]]) -> list[str]:
     """The instructions of the backward's pipelined loop over whole tiles: the innermost loop (a backward
     branch to its target with no other loop inside) that copies tiles to shared memory (LDGSTS, cp.async),
     else the longest innermost one. The loop over the masked rest is not pipelined, and the loop over
-    runs of tiles (dyt.launch.LANE_RUN_TILES) holds both."""
+    runs of tiles (dyt.planner.LANE_RUN_TILES) holds both."""
     loops = []
     for addr, text in instructions:
         target = re.search(r"BRA\s+0x([0-9a-f]+)", text)

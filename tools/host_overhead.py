@@ -3,7 +3,7 @@ the direct one (dyt.direct_launch), and a cProfile of `dyt.dyt`: where the micro
 public API and the kernel launch go. Dev tool, GPU machine; run it alone (other processes on the host's
 CPUs move these numbers by tens of percent).
 
-    CUDA_VISIBLE_DEVICES=0 python ci/host_overhead.py
+    CUDA_VISIBLE_DEVICES=0 python tools/host_overhead.py
 """
 
 import contextlib

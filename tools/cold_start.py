@@ -6,7 +6,7 @@ apart: PyTorch's first backward of anything imports modules lazily (seconds on a
 bytecode cache), which is not dyt's cost. Dev tool, GPU machine (on a CPU it runs the same
 processes, through the Triton interpreter when TRITON_INTERPRET=1, else through the plain CPU path).
 
-    python ci/cold_start.py [--shape 4096x1024] [--dtype bf16] [--out FILE.json]
+    python tools/cold_start.py [--shape 4096x1024] [--dtype bf16] [--out FILE.json]
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dyt.bench import BANDWIDTH_ELEMENTS, SMALL_SHAPES, record_key
+from dyt.service.bench import BANDWIDTH_ELEMENTS, SMALL_SHAPES
+from dyt.service.records import record_key
 
 MAX_SUMMARY_BYTES = 1024 * 1024  # GitHub's job summary limit
 MAX_FAILURES_SHOWN = 200

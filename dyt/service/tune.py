@@ -11,9 +11,9 @@ import json
 import pathlib
 import time
 
-from dyt import launch
+from dyt import planner
 
-# 768 (a common model width) has its own bucket: it runs as 3 x 256 column blocks (dyt.launch.tile_shape).
+# 768 (a common model width) has its own bucket: it runs as 3 x 256 column blocks (dyt.planner.tile_shape).
 WIDTH_BUCKETS = [64, 128, 256, 512, 768, 1024, 2048, 4096, 8192, None]
 BUCKET_DTYPES = {"16bit": "bfloat16", "fp32": "float32"}
 # (elements per tile, num_warps). The backward keeps three float32 accumulators per element in registers
@@ -29,16 +29,16 @@ WIDE_FROM = {"fwd": 2048, "bwd": 2048}  # fwd from 2048: 1x1024x4 beat 2x2048x8 
 PROGRAMS_PER_SM = [2, 3, 4, 6, 8]  # 2: 4x1024 backward tiles (255 registers), NOTES.md v18
 NUM_STAGES = [3, 4]  # the backward loop's pipelining depth (dyt.kernels.dyt_bwd_kernel)
 SIGNS = ["select", "bitwise"]  # how the forward's tanh takes its sign (dyt.kernels._tanh)
-POLYS = [{}, {"poly": 3}]  # the forward tanh's polynomial (dyt.launch.POLY_TERMS): 5 terms (no field) or 3
+POLYS = [{}, {"poly": 3}]  # the forward tanh's polynomial (dyt.planner.POLY_TERMS): 5 terms (no field) or 3
 ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.kernels.dyt_bwd_kernel
 # Fields a bucket keeps from its current entry: "copies_as_rows" and "folded" matter only where the entry
-# serves folded narrower widths (dyt.launch.BwdPlan, dyt.launch.FOLDED), "fp32_params" only with float32
-# parameters on 16-bit x (dyt.launch.FP32_PARAMS); timing the bucket's own width in one dtype sees none.
-HAND_SET = ("copies_as_rows", launch.FP32_PARAMS, launch.FOLDED)
+# serves folded narrower widths (dyt.planner.BwdPlan, dyt.planner.FOLDED), "fp32_params" only with float32
+# parameters on 16-bit x (dyt.planner.FP32_PARAMS); timing the bucket's own width in one dtype sees none.
+HAND_SET = ("copies_as_rows", planner.FP32_PARAMS, planner.FOLDED)
 
 
 def candidates(mode: str, width: int) -> list[dict]:
-    widest = launch.next_pow2(width)  # a wider block would shrink to this one: the same candidate again
+    widest = planner.next_pow2(width)  # a wider block would shrink to this one: the same candidate again
     block_ns = [widest] if width < WIDE_FROM[mode] else [b for b in WIDE_BLOCK_N[mode] if b <= widest]
     out = []
     for block_n in block_ns:
@@ -65,10 +65,10 @@ def tuned_entry(best: dict, current: dict, max_width: int | None, ms: float) -> 
 
 def _time(mode, entry, bucket, x, dy, alpha, gamma, beta):
     from dyt import launcher
-    from dyt.bench import replay_median_ms
+    from dyt.service.bench import replay_median_ms
 
     table = {"fwd": {bucket: [entry]}, "bwd": {bucket: [entry]}}
-    with launch.overrides(table=table):
+    with planner.overrides(table=table):
         if mode == "fwd":
             fn = lambda: launcher.forward(x, alpha, gamma, beta, x.dtype)
         else:
@@ -89,7 +89,7 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
     from dyt import launcher
 
     arch, _ = launcher.device_facts(torch.device("cuda"))
-    table = copy.deepcopy(launch.load_table(arch))
+    table = copy.deepcopy(planner.load_table(arch))
     table["arch"] = arch
     gpu = torch.cuda.get_device_name()
     table["note"] = f"Written by `python -m dyt tune` on {gpu}; medians of CUDA-graph replays."
@@ -101,7 +101,7 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
             for max_width in WIDTH_BUCKETS:
                 width = max_width or 16384
                 rows = 2**26 // width
-                current = launch.table_entry(table, mode, 2 if bucket == "16bit" else 4, width)
+                current = planner.table_entry(table, mode, 2 if bucket == "16bit" else 4, width)
                 skipped = widths is not None and width not in widths
                 if skipped or time.time() - start > budget_s:
                     print(f"{mode} {bucket} width<={max_width} keeps its current entry")
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     from dyt import launcher
 
     arch, _ = launcher.device_facts(torch.device("cuda"))
-    out = args.out or launch.TABLES / f"{arch}.json"
+    out = args.out or planner.TABLES / f"{arch}.json"
     widths = None if args.widths is None else {int(w) for w in args.widths.split(",")}
     tune(out, args.budget_s, args.buckets.split(","), args.modes.split(","), widths)
     return 0

@@ -1,6 +1,7 @@
 """Runs the suites on CUDA: one pytest-xdist worker per visible GPU, each pinned to its GPU.
 
-`python -m dyt.gpu_matrix [pytest args]` is what `nox -s gpu_tests`, ci/entry.sh and the container run.
+`python -m dyt.service.gpu_matrix [pytest args]` is what `nox -s gpu_tests`, ci/entry.sh and the container
+run.
 It fails at once when no GPU is visible. Workers are pinned through DYT_GPUS (read by tests/conftest.py
 before CUDA initializes), get their own Triton cache directories, are distributed by work stealing, and a
 crashed worker is restarted with its test reported failed. pytest-timeout (thread method) turns a hung
@@ -16,7 +17,7 @@ import signal
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def visible_gpus() -> list[str]:

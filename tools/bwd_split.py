@@ -1,6 +1,6 @@
 """Where the backward's time goes: its main kernel and its finishing reduction, timed apart on the GPU.
 
-    python ci/bwd_split.py [--out FILE.json] [--widths 64,1024,16384] [--dtypes bf16,fp32]
+    python tools/bwd_split.py [--out FILE.json] [--widths 64,1024,16384] [--dtypes bf16,fp32]
 
 At each bandwidth shape (2^26 elements) it times, as medians of CUDA-graph replays with the planned
 launch: the main kernel alone, the finish alone, the two in sequence with the finish launched by
@@ -25,7 +25,7 @@ def split(width: int, dtype_name: str) -> dict:
     import torch
 
     from dyt import launcher
-    from dyt.bench import BANDWIDTH_ELEMENTS, replay_median_ms
+    from dyt.service.bench import BANDWIDTH_ELEMENTS, replay_median_ms
 
     dtype = getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[dtype_name])
     rows = BANDWIDTH_ELEMENTS // width
