@@ -99,39 +99,17 @@ else
   gpu_name="$("$PYTHON" -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>/dev/null || true)"
   baseline=""
   if [[ -n "$gpu_name" ]]; then
-    # The newest baseline (by file name) whose recorded environment names this GPU.
+    # The one current baseline of this GPU model: <baselines>/<gpu slug>.json (dyt.service.records).
     baseline="$("$PYTHON" - "$gpu_name" "$REPORTS/baselines" "${DYT_BASELINES:-}" <<'PY' || true
-import json, pathlib, sys
+import sys
 
-want = sys.argv[1].strip().lower()
-
-
-def names(data):
-    """GPU names a baseline records: env.gpu / env.gpu_name / env.device ..., strings or {name: ...}."""
-    found = []
-    for holder in (data.get("env"), data):
-        if not isinstance(holder, dict):
-            continue
-        for key in ("gpu", "gpu_name", "gpu_names", "device", "device_name"):
-            value = holder.get(key)
-            if isinstance(value, dict):
-                value = value.get("name")
-            if isinstance(value, list):
-                found += [v.get("name") if isinstance(v, dict) else v for v in value]
-            else:
-                found.append(value)
-    return {str(v).strip().lower() for v in found if v}
-
+from dyt.service.records import baseline_path
 
 for folder in filter(None, sys.argv[2:]):
-    for path in sorted(pathlib.Path(folder).glob("*.json"), reverse=True):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and want in names(data):
-            print(path)
-            sys.exit(0)
+    path = baseline_path(folder, sys.argv[1].strip())
+    if path.is_file():
+        print(path)
+        break
 PY
 )"
   fi
@@ -148,7 +126,7 @@ PY
   "${bench_cmd[@]}"
   bench_rc=$?
   set -e
-  if [[ $bench_rc -eq 3 ]]; then  # dyt.bench.STOPPED: SIGTERM or Ctrl-C; the rows so far are written
+  if [[ $bench_rc -eq 3 ]]; then  # dyt.service.bench.STOPPED: SIGTERM or Ctrl-C; the rows so far are written
     what="bench stopped early (exit 3): its rows so far are in $REPORTS/perf/ (\"incomplete\")"
     if [[ -n "$baseline" ]]; then
       gate_failed=1

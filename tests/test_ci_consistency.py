@@ -328,12 +328,12 @@ def test_entry_exit_code_is_the_matrix(entry):
 def test_entry_gates_against_this_gpus_baseline(entry):
     other = {"env": {"gpu_name": "NVIDIA A100-SXM4-80GB"}}
     mine = {"env": {"gpu_name": "NVIDIA H200"}}
-    (entry.reports / "baselines" / "a100-1.json").write_text(json.dumps(other))
-    (entry.reports / "baselines" / "h200-1.json").write_text(json.dumps(mine))
+    (entry.reports / "baselines" / "nvidia-a100-sxm4-80gb.json").write_text(json.dumps(other))
+    (entry.reports / "baselines" / "nvidia-h200.json").write_text(json.dumps(mine))
 
     proc, calls = entry(STUB_GPU="NVIDIA H200", STUB_BENCH_RC="1", DYT_MARGIN="0.1")
     bench = next(c for c in calls if c.startswith("-m dyt bench"))
-    assert bench == f"-m dyt bench --compare {entry.reports}/baselines/h200-1.json --margin 0.1"
+    assert bench == f"-m dyt bench --compare {entry.reports}/baselines/nvidia-h200.json --margin 0.1"
     assert proc.returncode == 1, "a failed gate is an error"
 
     proc, _ = entry(STUB_GPU="NVIDIA H200", STUB_BENCH_RC="1", DYT_GATE="warn")
@@ -349,7 +349,7 @@ def test_entry_names_a_stopped_bench(entry):
     proc, _ = entry(STUB_BENCH_RC="3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "bench stopped early (exit 3)" in proc.stdout + proc.stderr
-    (entry.reports / "baselines" / "h200-1.json").write_text(json.dumps({"env": {"gpu_name": "NVIDIA H200"}}))
+    (entry.reports / "baselines" / "nvidia-h200.json").write_text(json.dumps({"env": {"gpu_name": "NVIDIA H200"}}))
     proc, _ = entry(STUB_GPU="NVIDIA H200", STUB_BENCH_RC="3")
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert (
