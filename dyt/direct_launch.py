@@ -2,15 +2,16 @@
 
 `kernel[grid](*args, **constexprs)` binds every argument, specializes each one, builds a cache key and
 looks the compiled kernel up on every call: host time that small shapes pay in full, twice per backward
-(NOTES.md v14). `launch` does that once per launch plan and argument signature, keeps the compiled kernel
-Triton returned, and afterwards hands the arguments straight to its launcher.
+(docs/performance.md, "Host path"). A `CompiledKernel` does that once per launch (a
+dyt.planner.KernelLaunch) and tensor signature, keeps the compiled kernel Triton returned, and afterwards
+hands the arguments straight to its launcher.
 
-What makes that safe: a launch plan (dyt.planner) fixes every integer argument and every compile-time
-constant a kernel receives, apart from the few the caller names in `variant` (e.g. whether beta exists).
-What Triton specializes on besides is each tensor's dtype and whether its address is a multiple of 16
-bytes; the signature holds exactly those. Anything unusual (the interpreter, Triton's launch hooks set
-by a profiler, a Triton whose compiled kernels lack the launcher fields used here, a kernel whose
-compile-time constants are not its last parameters) takes the ordinary JIT path on every call.
+What makes that safe: a KernelLaunch fixes every integer argument and every compile-time constant a kernel
+receives, and the cache is keyed by its value, so two launches that differ in any of them never share a
+compiled kernel. What Triton specializes on besides is each tensor's dtype and whether its address is a
+multiple of 16 bytes; the signature holds exactly those. Anything unusual (the interpreter, Triton's launch
+hooks set by a profiler, a Triton whose compiled kernels lack the launcher fields used here, constants that
+are not the kernel's last parameters in order) takes the ordinary JIT path on every call.
 """
 
 from __future__ import annotations
@@ -44,37 +45,42 @@ def _hooks_set() -> bool:
                for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook))  # fmt: skip
 
 
-def trailing_constexprs(kernel, n_args: int, constexprs: dict) -> tuple | None:
-    """The constants' values in parameter order, when their names are exactly the kernel's parameters
-    after the n_args positional ones (the compiled launcher takes all parameters in order); else None."""
+def trailing_constexprs(kernel, n_args: int, constexprs: tuple) -> tuple | None:
+    """The constants' values, when their names are exactly the kernel's parameters after the n_args
+    positional ones, in order (the compiled launcher takes all parameters in order); else None."""
     names = list(inspect.signature(kernel.fn).parameters)
-    if len(names) != n_args + len(constexprs) or set(names[n_args:]) != set(constexprs):
+    if names[n_args:] != [name for name, _ in constexprs]:
         return None
-    return tuple(constexprs[name] for name in names[n_args:])
+    return tuple(value for _, value in constexprs)
 
 
-def launch(kernel, grid: tuple, cache: dict, variant, args: tuple, constexprs: dict, *, direct: bool,
-           num_warps: int, launch_pdl: bool = False) -> None:  # fmt: skip
-    """kernel[grid](*args, **constexprs, num_warps=..., launch_pdl=...), directly where `cache` (a dict
-    kept per launch plan) already holds the kernel compiled for `variant` and these tensors' signature.
+class CompiledKernel:
+    """One @triton.jit kernel and its compiled launches, keyed by (KernelLaunch, tensor signature)."""
 
-    The plan and `variant` must determine constexprs, num_warps and launch_pdl. direct=False (the
-    interpreter) always takes the JIT path. The tensors must be on the current CUDA device (dyt.launcher
-    makes it so)."""
-    direct = direct and not _hooks_set()
-    if direct:
-        key = (variant, _signature([a for a in args if isinstance(a, torch.Tensor)]))
-        hit = cache.get(key)
-        if hit is not None:
-            run, function, packed_metadata, tail = hit
-            stream = _driver.active.get_current_stream(torch.cuda.current_device())
-            run(grid[0], 1, 1, stream, function, packed_metadata, None, None, None, *args, *tail)
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.cache: dict = {}
+
+    def launch(self, spec, tensors: tuple, *, direct: bool) -> None:
+        """kernel[spec.grid](*tensors, *spec.scalars, **constexprs, num_warps=..., launch_pdl=...), directly
+        where this launch and these tensors' signature were compiled before. direct=False (the
+        interpreter) always takes the JIT path. The tensors must be on the current CUDA device
+        (dyt.launcher makes it so)."""
+        direct = direct and not _hooks_set()
+        if direct:
+            key = (spec, _signature(tensors))
+            hit = self.cache.get(key)
+            if hit is not None:
+                run, function, packed_metadata, tail = hit
+                stream = _driver.active.get_current_stream(torch.cuda.current_device())
+                run(spec.grid[0], 1, 1, stream, function, packed_metadata, None, None, None,
+                    *tensors, *spec.scalars, *tail)  # fmt: skip
+                return
+        options = {"num_warps": spec.num_warps, **({"launch_pdl": True} if spec.pdl else {})}
+        compiled = self.kernel[spec.grid](*tensors, *spec.scalars, **dict(spec.constexprs), **options)
+        if not direct:
             return
-    options = {"num_warps": num_warps, **({"launch_pdl": True} if launch_pdl else {})}
-    compiled = kernel[grid](*args, **constexprs, **options)
-    if not direct:
-        return
-    tail = trailing_constexprs(kernel, len(args), constexprs)
-    fields = ("run", "function", "packed_metadata")
-    if tail is not None and compiled is not None and all(hasattr(compiled, f) for f in fields):
-        cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, tail)
+        tail = trailing_constexprs(self.kernel, len(tensors) + len(spec.scalars), spec.constexprs)
+        fields = ("run", "function", "packed_metadata")
+        if tail is not None and compiled is not None and all(hasattr(compiled, f) for f in fields):
+            self.cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, tail)

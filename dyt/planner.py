@@ -1,20 +1,24 @@
-"""Launch planning: shape -> grid, tile sizes, warps, int32 or int64 offsets, partial-buffer sizes.
+"""Launch planning: a problem's shape -> a frozen plan holding every argument and constant of its kernels.
 
 Pure Python (no Triton, no CUDA), so that every decision is unit-testable on any machine. The tile
-choice is data: a committed table per GPU architecture (dyt/tables/<arch>.json, written by dyt.tune),
-looked up by dtype bucket and width bucket (a forward entry may name other tiles for float32 parameters
-on 16-bit x and for folded rows, FP32_PARAMS and FOLDED, and tanh's polynomial, POLY_TERMS). Nothing here
-times anything, so two processes on the same GPU always choose the same kernels and get the same bits.
+choice is data: a committed table per GPU architecture (dyt/tables/<arch>.json, written by
+`python -m dyt tune`), looked up by dtype bucket and width bucket; a forward entry may name other tiles for
+float32 parameters on 16-bit x and for folded rows (FP32_PARAMS, FOLDED) and tanh's polynomial
+(POLY_TERMS). Nothing here times anything, so two processes on the same GPU always choose the same kernels
+and get the same bits.
+
+One entry per direction: plan_forward and plan_backward. Each returns a plan whose KernelLaunch fields
+(grid, the integer arguments after the tensors, the compile-time constants in parameter order, warps,
+PDL) are exactly what dyt.launcher hands to the kernels; the launcher allocates and binds tensors and
+decides nothing. What tests and tools may change (Overrides) is an argument, never a global read here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
 import math
-import os
 import pathlib
 
 TABLES = pathlib.Path(__file__).parent / "tables"
@@ -22,8 +26,7 @@ INT32_LIMIT = 2**31 - 1
 # CUDA's limit on grid axis 0 (axes 1 and 2 hold only 65,535, which is why nothing goes there).
 GRID_X_LIMIT = 2**31 - 1
 # The finishing reduction: each program adds the (finish rows, BLOCK_N) partials of its columns,
-# FINISH_TILE of them per step, so that few dependent steps are needed (see finish_tile): 16384 (1024 rows
-# of 16 columns) took the H200's finish at 256-1024 columns from 3.1-5.4 to 2.8-3.8 us (NOTES.md v18).
+# FINISH_TILE of them per step, so that few dependent steps are needed (see finish_tile).
 FINISH_TILE = 16384
 FINISH_MIN_BLOCK_N = 16  # 64-byte float32 row segments: two 32-byte sectors, no waste
 FINISH_MAX_BLOCK_N = 256
@@ -32,9 +35,8 @@ FINISH_NUM_WARPS = 8
 PARTIAL_TRAFFIC_BUDGET = 0.018
 # Each lane of a backward program adds one float32 term per tile. Each addition rounds by at most 2^-24 of
 # the running sum, so n terms of one sign add up to at most (n + 1) / 2 * 2^-24 of the total: runs of 256
-# tiles keep that at 7.7e-6, under the parameter gradients' 1e-5 (2731 tiles per program at 2^31 elements
-# did not, NOTES.md v15). A program restarts its sums every LANE_RUN_TILES tiles and writes a partial row
-# per run: one run per program up to 2^27 elements at the sm90 table's tiles.
+# tiles keep that at 7.7e-6, under the parameter gradients' 1e-5. A program restarts its sums every
+# LANE_RUN_TILES tiles and writes a partial row per run (docs/performance.md, "Backward").
 LANE_RUN_TILES = 256
 # Programs the interpreter pretends to have SMs for: small, so CPU runs stay quick.
 INTERPRETER_SM_COUNT = 4
@@ -45,42 +47,74 @@ INTERPRETER_TANH_METHODS = {"poly_exp"}
 
 @dataclasses.dataclass(frozen=True)
 class Overrides:
-    """Knobs, for tests and tools: force int64 offsets on small shapes, pick the tanh method, swap the
-    table, shorten the backward's runs of tiles (so that small shapes cross run boundaries). Two take their
-    defaults from the environment when dyt is imported: DYT_TANH and DYT_POISON_OUTPUTS."""
+    """Knobs for tests and tools: force int64 offsets on small shapes, pick the tanh method by name
+    (TANH_METHODS; None: the default), swap the table, shorten the backward's runs of tiles (so that small
+    shapes cross run boundaries), and fill every output and partial buffer with NaN before each launch
+    (poison: an unwritten element shows). dyt.launcher holds the process's current set."""
 
     int64: bool = False
-    # The tanh method's name (TANH_METHODS); DYT_TANH is read once, here, like DYT_POISON_OUTPUTS below
-    # (an environment lookup per call cost 0.5 us of host time per plan lookup, NOTES.md v27).
-    tanh: str | None = os.environ.get("DYT_TANH") or None
+    tanh: str | None = None
     table: dict | None = None
     lane_run: int | None = None  # tiles per run of the backward's float32 sums (default LANE_RUN_TILES)
-    # Fill every output and partial buffer with NaN before each launch, so an unwritten element shows.
-    poison: bool = os.environ.get("DYT_POISON_OUTPUTS", "0") == "1"
+    poison: bool = False
+
+    def plan_key(self) -> tuple | None:
+        """What of these overrides a plan depends on, as a cache key; None where plans must not be cached
+        (a swapped table is a dict, planned afresh on every call)."""
+        return None if self.table is not None else (self.int64, self.tanh, self.lane_run)
 
 
-_overrides = Overrides()
+DEFAULTS = Overrides()
 
 
-@contextlib.contextmanager
-def overrides(**kwargs):
-    """Temporarily change launch planning, e.g. ``with overrides(int64=True): ...``."""
-    global _overrides
-    saved = _overrides
-    _overrides = dataclasses.replace(saved, **kwargs)
-    try:
-        yield _overrides
-    finally:
-        _overrides = saved
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """The device a plan is for: its table's architecture key ('sm90', ...), its SM count, and whether the
+    kernels run in Triton's interpreter (no PTX there: no PDL, no approximate MUFU instructions)."""
+
+    arch: str = "default"
+    sm_count: int = INTERPRETER_SM_COUNT
+    interpreter: bool = False
+    allow_pdl: bool = True  # False plans every launch without PDL (tools compare the two)
+
+    @property
+    def pdl(self) -> bool:
+        """Whether plans use programmatic dependent launch (griddepcontrol): from sm_90 (Hopper) on."""
+        return self.allow_pdl and supports_pdl(self.arch) and not self.interpreter
 
 
-def current_overrides() -> Overrides:
-    return _overrides
+def supports_pdl(arch: str) -> bool:
+    """Programmatic dependent launch exists from sm_90 (Hopper) on."""
+    digits = arch[2:] if arch.startswith("sm") else ""
+    return digits.isdigit() and int(digits) >= 90
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelLaunch:
+    """One kernel launch, all but its tensors: the 1-D grid, the integer arguments that follow the tensors,
+    the compile-time constants as (name, value) pairs in the kernel's parameter order, warps, and whether
+    it is launched by programmatic dependent launch. Hashable by value (the compiled-launch cache of
+    dyt.direct_launch is keyed by it), its hash computed once."""
+
+    grid: tuple[int]
+    scalars: tuple[int, ...]
+    constexprs: tuple[tuple[str, object], ...]
+    num_warps: int
+    pdl: bool = False
+    _hash: int = dataclasses.field(init=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        fields = (self.grid, self.scalars, self.constexprs, self.num_warps, self.pdl)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclasses.dataclass(frozen=True)
 class TilePlan:
-    """What both kernels need: the tile, the 1-D grid, warps, offsets width and tanh method."""
+    """What both directions share: the view the kernels see (M x N, folded or not), its tile, grid size,
+    offsets width, tanh method, and whether the kernels overlap their neighbours by PDL."""
 
     M: int
     N: int
@@ -93,21 +127,12 @@ class TilePlan:
     tanh: int
     gamma_period: int  # 0, or the true width when rows were folded (M, N are then the folded view's)
     ragged: bool  # folded rows of which the last ends early (its columns masked by the element count)
-    # Programmatic dependent launch (see supports_pdl): the forward and the backward's finish are launched so
-    # that they may start while the kernel before them on the stream ends, and wait for it before their
-    # first memory access; the backward's persistent main kernel lets its finish launch early.
+    n_elements: int  # the element count the kernels mask the last folded row by (0 where not ragged)
     pdl: bool
-    # The kernels compiled for this plan, filled by dyt.direct_launch; not part of what the plan is.
-    launches: dict = dataclasses.field(default_factory=dict, compare=False, repr=False, kw_only=True)
 
     @property
     def path(self) -> str:
         return path_name(self.n_col_blocks)
-
-    def replaced(self, **changes):
-        """This plan with some fields changed and a launch cache of its own (dataclasses.replace would
-        share `launches`, so a kernel compiled for one plan's constants would run for the other's)."""
-        return dataclasses.replace(self, launches={}, **changes)
 
     @property
     def param_width(self) -> int:
@@ -117,15 +142,17 @@ class TilePlan:
 
 @dataclasses.dataclass(frozen=True)
 class FwdPlan(TilePlan):
-    """One tile per program."""
+    """One tile per program; `kernel` is the launch of dyt_fwd_kernel."""
 
     sign_select: bool  # how tanh takes its sign (dyt.kernels._tanh): the table entry's "sign"
     poly_terms: int  # tanh's polynomial (dyt.kernels._tanh): the table entry's "poly" (POLY_TERMS)
+    kernel: KernelLaunch
 
 
 @dataclasses.dataclass(frozen=True)
 class BwdPlan(TilePlan):
-    """A persistent grid over row groups; partial sums reduced by a finishing launch."""
+    """A persistent grid over row groups (`main`, dyt_bwd_kernel), its partial sums reduced by a finishing
+    launch (`finish`, dyt_bwd_finish_kernel)."""
 
     n_groups: int  # row groups: rows of the (n_groups, N) partial buffers
     tiles_per_program: int
@@ -136,38 +163,19 @@ class BwdPlan(TilePlan):
     finish_grid: tuple[int]
     lane_run: int  # tiles per run of a program's float32 sums (LANE_RUN_TILES): one partial row per run
     # Folded rows whose column blocks hold at most this many whole copies of the true width write them as
-    # partial rows for the finish to add (the table entry's "copies_as_rows", default 0). On the H200,
-    # adding 2 or 4 copies up after the loop made ptxas schedule the bf16 loop itself 3-6% slower, while
-    # the float32 loop was faster with it (NOTES.md v18); with more copies the finish's rows cost more.
+    # partial rows for the finish to add (the table entry's "copies_as_rows", default 0): adding few copies
+    # after the loop can slow the loop itself (docs/performance.md, "Folded rows").
     copies_as_rows: int
+    copies_in_block: int  # see fold_copies_in_block
+    finish_rows: int  # rows of the (finish_rows, param_width) float32 partial buffers
+    n_dalpha_partials: int  # float64 partials of dalpha: one per run of each program
+    main: KernelLaunch
+    finish: KernelLaunch
 
     @property
     def runs(self) -> int:
         """Runs of lane_run tiles per program, each with its own partial rows."""
         return cdiv(self.tiles_per_program, self.lane_run)
-
-    @property
-    def n_dalpha_partials(self) -> int:
-        return self.grid[0] * self.runs
-
-    @property
-    def copies_in_block(self) -> int:
-        """With folded rows, the copies of the true width each column block holds and adds up itself
-        (0: it writes its BLOCK_N column sums as they are, for the finish to add: where the copies are not
-        whole, or at most copies_as_rows of them)."""
-        whole = self.gamma_period and self.BLOCK_N % self.gamma_period == 0
-        copies = self.BLOCK_N // self.gamma_period if whole else 0
-        return copies if copies > self.copies_as_rows else 0
-
-    @property
-    def finish_rows(self) -> int:
-        """Rows of the (finish_rows, param_width) partial buffers, per run of each program: one per row
-        group; with folded rows added up in registers, one per program; with folded rows written as they
-        are, one per row group and copy (a row group's N-wide partial row is N // gamma_period rows of the
-        true width, the same memory)."""
-        if self.copies_in_block:
-            return self.grid[0] * self.runs
-        return self.n_groups * self.runs * (self.N // self.gamma_period if self.gamma_period else 1)
 
     def partial_bytes(self) -> int:
         """Bytes the partial buffers cost: written once by the main kernel, read once by the finish."""
@@ -200,8 +208,9 @@ def load_table(arch: str) -> dict:
     return json.loads(path.read_text())
 
 
-def _table(arch: str) -> dict:
-    return _overrides.table if _overrides.table is not None else load_table(arch)
+def table_of(target: Target, overrides: Overrides) -> dict:
+    """The table plans read: the overrides' swapped one, else the target's committed one."""
+    return overrides.table if overrides.table is not None else load_table(target.arch)
 
 
 def table_entry(table: dict, mode: str, itemsize: int, width: int) -> dict:
@@ -213,20 +222,15 @@ def table_entry(table: dict, mode: str, itemsize: int, width: int) -> dict:
 
 
 # A forward entry's "fp32_params": the tile fields (and "min_elements") that replace the entry's own where
-# 16-bit x meets float32 gamma or beta on a problem of at least min_elements. Triton loads float32
-# parameters 4 to a lane and moves them to the x tile's 8-per-lane layout through shared memory (barriers
-# in every program); on the H200, 2x1024 tiles on 2 warps then ran 4-10% faster than the 16-bit entry's
-# from 2^24 elements on and 6-12% slower below 2^24 (NOTES.md v21).
+# 16-bit x meets float32 gamma or beta on a problem of at least min_elements (Triton moves float32
+# parameters into the x tile's layout through shared memory; smaller programs wait less at its barriers).
 FP32_PARAMS = "fp32_params"
 # A forward entry's "folded": likewise, the tile of rows folded from a narrower width (gamma indexed modulo
-# that width, see fold_factor) from min_elements on. On the H200, folded 16-bit rows ran ~2% behind rows
-# of the entry's own width with its 4x1024 tile and 1-1.5% faster with 2x1024 at 2^26 elements, within
-# noise of it on small problems (NOTES.md v22). fp32_params comes first where both apply.
+# that width, see fold_factor) from min_elements on. fp32_params comes first where both apply.
 FOLDED = "folded"
-# A forward entry's (or its variant's) "poly": the terms of tanh's polynomial near 0 (dyt.kernels._tanh). 3
-# saves two FFMA per element; on the H200 that made 2048 columns (2x2048x8) 3-5% and the folded 2x1024x4
-# tiles ~1% faster, 4x1024x4 at 1024 columns ~0.6% slower (NOTES.md v23). A variant tile without a "poly"
-# of its own runs its entry's, and an entry without one the first of these.
+# A forward entry's (or its variant's) "poly": the terms of tanh's polynomial near 0 (dyt.kernels._tanh);
+# 3 saves two FFMA per element. A variant tile without a "poly" of its own runs its entry's, and an entry
+# without one the first of these.
 POLY_TERMS = (5, 3)
 
 
@@ -263,8 +267,8 @@ def tile_shape(entry: dict, width: int) -> tuple[int, int, int]:
     return block_m, block_n, cdiv(width, block_n)
 
 
-# Contiguous rows whose width is not a multiple of FOLD_WIDTH run as rows of a multiple of it (measured
-# fastest on H200: NOTES.md v12, v14); gamma's runs of consecutive indices stay at least MIN_FOLD_RUN long.
+# Contiguous rows whose width is not a multiple of FOLD_WIDTH run as rows of a multiple of it (faster on the
+# H200: docs/performance.md, "Folded rows"); gamma's runs of consecutive indices stay at least MIN_FOLD_RUN.
 FOLD_WIDTH = 1024
 MIN_FOLD_RUN = 128
 # The last folded row may end early, its columns masked at n_elements - (M - 1) N: Triton specializes the
@@ -287,16 +291,16 @@ def fold_factor(M: int, N: int, row_strides: tuple[int, ...], powers_of_two_only
     return FOLD_WIDTH // run
 
 
-def needs_int64(M: int, N: int, row_strides: tuple[int, ...], block_m: int) -> bool:
+def needs_int64(M: int, N: int, row_strides: tuple[int, ...], block_m: int, force: bool = False) -> bool:
     """int64 offsets once any address a program may form (padded last tile included) can pass 2^31."""
     rows_padded = cdiv(max(M, 1), block_m) * block_m
     worst = max((rows_padded - 1) * abs(s) for s in row_strides) + next_pow2(N)
-    return worst > INT32_LIMIT or _overrides.int64
+    return worst > INT32_LIMIT or force
 
 
-def tanh_method(interpreter: bool) -> int:
+def tanh_method(overrides: Overrides, interpreter: bool) -> int:
     """The tanh choice; the interpreter has no libdevice or inline PTX, so it always takes poly_exp."""
-    name = _overrides.tanh or "poly_exp"
+    name = overrides.tanh or "poly_exp"
     if name not in TANH_METHODS:
         raise ValueError(f"the tanh method (DYT_TANH) must be one of {sorted(TANH_METHODS)}, got {name!r}")
     if interpreter and name not in INTERPRETER_TANH_METHODS:
@@ -304,81 +308,140 @@ def tanh_method(interpreter: bool) -> int:
     return TANH_METHODS[name]
 
 
-def _folded(
-    M, N, row_strides, mode, itemsize, arch, param_itemsize=0
-) -> tuple[int, int, tuple[int, ...], int, bool]:
-    """(M, N, row_strides, gamma_period, ragged) of the view the kernels see (see fold_factor): folded
-    where the wide rows' column blocks either each hold whole copies of the true width (the backward adds
-    them up in registers or writes them as rows, see BwdPlan.copies_in_block) or tile the wide row exactly
-    (its partial rows are then copies to add up).
-    ragged: the element count is not a multiple of the wide rows' width (87381 x 768 in rows of 3072).
-    The forward folds power-of-two widths only: on the H200, 768 in rows of 3072 against 256-column blocks
-    took 64.9 against 65.7 us at 87381 rows (bf16), but 40.3 against 38.5 at 50432, 5.6 against 5.2 at
-    6304, and 44.9 against 38.8 with float32 parameters (NOTES.md v20); the backward gains (0.876 -> 0.909,
-    v14)."""
-    fold = fold_factor(M, N, row_strides, powers_of_two_only=mode == "fwd")
-    if fold > 1:
-        wide = N * fold
-        if mode == "fwd":
-            entry = forward_entry(_table(arch), itemsize, wide, param_itemsize, M * N, folded=True)
-        else:
-            entry = table_entry(_table(arch), mode, itemsize, wide)
-        block_n = tile_shape(entry, wide)[1]
-        if block_n % N == 0 or wide % block_n == 0:
-            return cdiv(M * N, wide), wide, tuple(wide for _ in row_strides), N, (M * N) % wide != 0
-    return M, N, row_strides, 0, False
+@dataclasses.dataclass(frozen=True)
+class _View:
+    """The (M, N) view the kernels see and each tensor's row stride in it; folded rows have
+    gamma_period = the true width, and ragged when their last row ends early."""
+
+    M: int
+    N: int
+    row_strides: tuple[int, ...]
+    gamma_period: int = 0
+    ragged: bool = False
+    n_elements: int = 0  # with ragged rows, the true element count (it bounds the last row); else 0
 
 
-def _tile_fields(
-    entry, M, N, row_strides, arch, interpreter, tile, n_row_programs, gamma_period, ragged
-) -> dict:
+def _folded_view(M: int, N: int, row_strides: tuple[int, ...], fold: int) -> _View:
+    """fold rows of N as one row of N * fold (see fold_factor): every stride is the wide row's width."""
+    wide = N * fold
+    ragged = (M * N) % wide != 0
+    return _View(cdiv(M * N, wide), wide, tuple(wide for _ in row_strides), N, ragged, M * N if ragged else 0)
+
+
+def _tile_fields(entry, view: _View, tile, n_row_programs, target: Target, overrides: Overrides) -> dict:
     """The TilePlan fields both plans share, with the grid checked against CUDA's axis-0 limit."""
     block_m, block_n, n_col_blocks = tile
     n_programs = n_row_programs * n_col_blocks
     if n_programs > GRID_X_LIMIT:
-        raise ValueError(f"{M} x {N} needs {n_programs} programs, over the grid limit {GRID_X_LIMIT}")
-    return dict(M=M, N=N, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=entry["num_warps"],
-                n_col_blocks=n_col_blocks, grid=(n_programs,), int64=needs_int64(M, N, row_strides, block_m),
-                tanh=tanh_method(interpreter), gamma_period=gamma_period, ragged=ragged,
-                pdl=supports_pdl(arch) and not interpreter)  # fmt: skip
+        raise ValueError(
+            f"{view.M} x {view.N} needs {n_programs} programs, over the grid limit {GRID_X_LIMIT}"
+        )
+    return dict(M=view.M, N=view.N, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=entry["num_warps"],
+                n_col_blocks=n_col_blocks, grid=(n_programs,),
+                int64=needs_int64(view.M, view.N, view.row_strides, block_m, overrides.int64),
+                tanh=tanh_method(overrides, target.interpreter), gamma_period=view.gamma_period,
+                ragged=view.ragged, n_elements=view.n_elements, pdl=target.pdl)  # fmt: skip
 
 
 def plan_forward(
-    M, N, itemsize, row_strides, *, param_itemsize=None, arch="default", interpreter=False
+    M: int,
+    N: int,
+    itemsize: int,
+    *,
+    x_stride: int | None = None,
+    param_itemsize: int | None = None,
+    has_beta: bool = True,
+    target: Target = Target(),
+    overrides: Overrides = DEFAULTS,
 ) -> FwdPlan:
-    """One program per tile. param_itemsize: the widest of gamma's and beta's element sizes (default:
-    x's), which picks an entry's fp32_params tile (see FP32_PARAMS); folded rows may take its folded tile
-    (FOLDED)."""
+    """The forward of x (M, N) with row stride x_stride (default N: contiguous) into a contiguous y.
+
+    One program per tile. param_itemsize: the widest of gamma's and beta's element sizes (default: x's),
+    which picks an entry's fp32_params tile (FP32_PARAMS); folded rows may take its folded tile (FOLDED).
+    The forward folds power-of-two widths only (768 folded measured slower than unfolded in the forward,
+    docs/performance.md, "Folded rows")."""
+    x_stride = N if x_stride is None else x_stride
     param_itemsize = param_itemsize or itemsize
-    n_elements = M * N
-    M, N, row_strides, period, ragged = _folded(M, N, row_strides, "fwd", itemsize, arch, param_itemsize)
-    entry = forward_entry(_table(arch), itemsize, N, param_itemsize, n_elements, folded=period > 0)
-    tile = tile_shape(entry, N)
-    fields = _tile_fields(entry, M, N, row_strides, arch, interpreter, tile, cdiv(M, tile[0]), period, ragged)
+    table = table_of(target, overrides)
+    view = _View(M, N, (x_stride, N))
+    entry = forward_entry(table, itemsize, N, param_itemsize, M * N)
+    fold = fold_factor(M, N, view.row_strides, powers_of_two_only=True)
+    if fold > 1:
+        wide = _folded_view(M, N, view.row_strides, fold)
+        wide_entry = forward_entry(table, itemsize, wide.N, param_itemsize, M * N, folded=True)
+        block_n = tile_shape(wide_entry, wide.N)[1]
+        if block_n % N == 0 or wide.N % block_n == 0:
+            view, entry = wide, wide_entry
+    tile = tile_shape(entry, view.N)
+    fields = _tile_fields(entry, view, tile, cdiv(view.M, tile[0]), target, overrides)
     poly = entry.get("poly", POLY_TERMS[0])
     if poly not in POLY_TERMS:
         raise ValueError(f"launch table: a forward entry's poly must be one of {POLY_TERMS}, got {poly!r}")
-    return FwdPlan(**fields, sign_select=entry.get("sign", "select") == "select", poly_terms=poly)
+    sign_select = entry.get("sign", "select") == "select"
+    constexprs = (
+        ("HAS_BETA", has_beta), ("BLOCK_M", tile[0]), ("BLOCK_N", tile[1]), ("N_COL_BLOCKS", tile[2]),
+        ("INT64", fields["int64"]), ("TANH", fields["tanh"]), ("APPROX", not target.interpreter),
+        ("GAMMA_PERIOD", view.gamma_period), ("RAGGED", view.ragged), ("SIGN_SELECT", sign_select),
+        ("PDL", target.pdl), ("POLY_TERMS", poly),
+    )  # fmt: skip
+    kernel = KernelLaunch(
+        grid=fields["grid"],
+        scalars=(view.M, view.N, view.n_elements, *view.row_strides),
+        constexprs=constexprs,
+        num_warps=entry["num_warps"],
+        pdl=target.pdl,
+    )
+    return FwdPlan(**fields, sign_select=sign_select, poly_terms=poly, kernel=kernel)
 
 
-def plan_backward(M, N, itemsize, row_strides, *, sm_count, arch="default", interpreter=False) -> BwdPlan:
-    """A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles.
+def plan_backward(
+    M: int,
+    N: int,
+    itemsize: int,
+    *,
+    x_stride: int | None = None,
+    dy_stride: int | None = None,
+    target: Target = Target(),
+    overrides: Overrides = DEFAULTS,
+) -> BwdPlan:
+    """The backward of x and dy (M, N), row strides x_stride and dy_stride (default N: contiguous), into a
+    contiguous dx; itemsize is the wider of x's and dy's element sizes.
 
-    Folded rows whose column blocks do not hold whole copies of the true width (768 in rows of 3072)
-    write N // gamma_period times more partials per program; where the partial budget then allows fewer
-    programs than the rows unfolded get (50432 x 768 bf16: 255 against 396, measured 4% slower, NOTES.md
-    v14), they stay unfolded."""
-    folded = _folded(M, N, row_strides, "bwd", itemsize, arch)
-    plan = _plan_backward_view(*folded, itemsize, sm_count, arch, interpreter)
-    if plan.gamma_period and plan.BLOCK_N % plan.gamma_period:
-        unfolded = _plan_backward_view(M, N, row_strides, 0, False, itemsize, sm_count, arch, interpreter)
-        if unfolded.grid[0] > plan.grid[0]:
-            return unfolded
-    return plan
+    A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles. Contiguous
+    rows fold like the forward's, 768 into 3072 too; where the wide rows' column blocks do not hold whole
+    copies of the true width (768 in rows of 3072), a program writes N // gamma_period times more partials,
+    and where the partial budget then allows fewer programs than the rows unfolded get, they stay unfolded
+    (docs/performance.md, "Folded rows")."""
+    row_strides = (N if x_stride is None else x_stride, N if dy_stride is None else dy_stride, N)
+    table = table_of(target, overrides)
+    view = _View(M, N, row_strides)
+    fold = fold_factor(M, N, row_strides)
+    if fold > 1:
+        wide = _folded_view(M, N, row_strides, fold)
+        block_n = tile_shape(table_entry(table, "bwd", itemsize, wide.N), wide.N)[1]
+        if block_n % N == 0 or wide.N % block_n == 0:
+            folded = _plan_backward_view(table, wide, itemsize, target, overrides)
+            if folded.BLOCK_N % N == 0:
+                return folded
+            unfolded = _plan_backward_view(table, view, itemsize, target, overrides)
+            return unfolded if unfolded.grid[0] > folded.grid[0] else folded
+    return _plan_backward_view(table, view, itemsize, target, overrides)
 
 
-def _plan_backward_view(M, N, row_strides, period, ragged, itemsize, sm_count, arch, interpreter) -> BwdPlan:
-    entry = table_entry(_table(arch), "bwd", itemsize, N)
+def fold_copies_in_block(block_n: int, gamma_period: int, copies_as_rows: int) -> int:
+    """With folded rows, the copies of the true width each column block holds and adds up itself (0: it
+    writes its BLOCK_N column sums as they are, for the finish to add: where the copies are not whole, or
+    at most copies_as_rows of them)."""
+    whole = gamma_period and block_n % gamma_period == 0
+    copies = block_n // gamma_period if whole else 0
+    return copies if copies > copies_as_rows else 0
+
+
+def _plan_backward_view(
+    table: dict, view: _View, itemsize: int, target: Target, overrides: Overrides
+) -> BwdPlan:
+    M, N, period = view.M, view.N, view.gamma_period
+    entry = table_entry(table, "bwd", itemsize, N)
     tile = tile_shape(entry, N)
     n_tiles = max(1, cdiv(M, tile[0]))
     # Each row group writes and the finish kernel reads 2 x N float32 partials: cap the groups so that
@@ -386,30 +449,73 @@ def _plan_backward_view(M, N, row_strides, period, ragged, itemsize, sm_count, a
     budget_groups = int(PARTIAL_TRAFFIC_BUDGET * 3 * M * itemsize / 16)
     # The budget binds at bandwidth shapes; a small problem still gets one program per SM (2048 x 4096 bf16
     # would otherwise run 52 programs on 132 SMs), its partials being cheap in time if not in ratio.
-    floor_groups = cdiv(sm_count, tile[2])
-    wanted = (entry["programs_per_sm"] * sm_count) // tile[2]
+    floor_groups = cdiv(target.sm_count, tile[2])
+    wanted = (entry["programs_per_sm"] * target.sm_count) // tile[2]
     target_groups = max(1, min(wanted, max(budget_groups, floor_groups), n_tiles))
     tiles_per_program = cdiv(n_tiles, target_groups)
     n_groups = cdiv(n_tiles, tiles_per_program)
-    finish_g, finish_n = finish_tile(period or N, sm_count)
+    fields = _tile_fields(entry, view, tile, n_groups, target, overrides)
+    lane_run = overrides.lane_run or LANE_RUN_TILES
+    runs = cdiv(tiles_per_program, lane_run)
+    n_programs = fields["grid"][0]
+    copies_as_rows = entry.get("copies_as_rows", 0)
+    copies_in_block = fold_copies_in_block(tile[1], period, copies_as_rows)
+    # Rows of the partial buffers, per run of each program: one per row group; with folded rows added up
+    # in registers, one per program; with folded rows written as they are, one per row group and copy (a
+    # row group's N-wide partial row is N // gamma_period rows of the true width, the same memory).
+    if copies_in_block:
+        finish_rows = n_programs * runs
+    else:
+        finish_rows = n_groups * runs * (N // period if period else 1)
+    n_dalpha_partials = n_programs * runs
+    param_width = period or N
+    finish_g, finish_n = finish_tile(param_width, target.sm_count)
+    strided = entry.get("row_order", "chunked") == "strided"
+    main = KernelLaunch(
+        grid=fields["grid"],
+        scalars=(M, N, view.n_elements, *view.row_strides, tile[2], n_groups, tiles_per_program),
+        constexprs=(
+            ("BLOCK_M", tile[0]),
+            ("BLOCK_N", tile[1]),
+            ("INT64", fields["int64"]),
+            ("TANH", fields["tanh"]),
+            ("APPROX", not target.interpreter),
+            ("STRIDED", strided),
+            ("NUM_STAGES", entry["num_stages"]),
+            ("EVEN_N", N % tile[1] == 0),
+            ("GAMMA_PERIOD", period),
+            ("RAGGED", view.ragged),
+            ("PDL", target.pdl),
+            ("LANE_RUN", lane_run),
+            ("FOLD_COPIES", copies_in_block > 0),
+        ),  # fmt: skip
+        num_warps=entry["num_warps"],
+        pdl=False,  # onto an idle GPU: its persistent grid relies on an even spread of programs over SMs
+    )
+    finish = KernelLaunch(
+        grid=finish_grid(param_width, finish_n),
+        scalars=(param_width, finish_rows, n_dalpha_partials),
+        constexprs=(("BLOCK_G", finish_g), ("BLOCK_N", finish_n), ("PDL", target.pdl)),
+        num_warps=FINISH_NUM_WARPS,
+        pdl=target.pdl,
+    )
     return BwdPlan(
-        **_tile_fields(entry, M, N, row_strides, arch, interpreter, tile, n_groups, period, ragged),
+        **fields,
         n_groups=n_groups,
         tiles_per_program=tiles_per_program,
-        strided=entry.get("row_order", "chunked") == "strided",
+        strided=strided,
         num_stages=entry["num_stages"],
         finish_block_g=finish_g,
         finish_block_n=finish_n,
-        finish_grid=finish_grid(period or N, finish_n),
-        lane_run=_overrides.lane_run or LANE_RUN_TILES,
-        copies_as_rows=entry.get("copies_as_rows", 0),
+        finish_grid=finish.grid,
+        lane_run=lane_run,
+        copies_as_rows=copies_as_rows,
+        copies_in_block=copies_in_block,
+        finish_rows=finish_rows,
+        n_dalpha_partials=n_dalpha_partials,
+        main=main,
+        finish=finish,
     )
-
-
-def supports_pdl(arch: str) -> bool:
-    """Programmatic dependent launch (griddepcontrol) exists from sm_90 (Hopper) on."""
-    digits = arch[2:] if arch.startswith("sm") else ""
-    return digits.isdigit() and int(digits) >= 90
 
 
 def finish_grid(N: int, block_n: int) -> tuple[int]:
@@ -419,8 +525,7 @@ def finish_grid(N: int, block_n: int) -> tuple[int]:
 
 def finish_tile(N: int, sm_count: int) -> tuple[int, int]:
     """(BLOCK_G, BLOCK_N) of the finishing reduction. Its programs split the columns only, so narrow
-    blocks give it enough programs to spread the partial read over the SMs (one 256-column program per
-    1024-wide row read all 400 partial rows alone, ~40 us, before this); FINISH_TILE // BLOCK_N groups per
-    step keep its loop short."""
+    blocks give it enough programs to spread the partial read over the SMs; FINISH_TILE // BLOCK_N groups
+    per step keep its loop short."""
     block_n = min(max(next_pow2(cdiv(N, sm_count)), FINISH_MIN_BLOCK_N), FINISH_MAX_BLOCK_N)
     return FINISH_TILE // block_n, block_n

@@ -110,17 +110,23 @@ def check_against_reference(inp: Inputs, outs, label: str = "") -> None:
         assert_close(f"{label}{name}", got, ref, kind=kind, storage=got.dtype, scale=scale, rss=rss)
 
 
+# An H200 (sm_90, 132 SMs) for planning tests that hold on any machine.
+SM90 = planner.Target("sm90", 132)
+
+
+def target() -> planner.Target:
+    """The planner's target for this machine's device (the interpreter's on CPU)."""
+    return launcher.target_of(device())
+
+
 def plans_for(shape, dtype):
-    """(forward plan, backward plan) the launcher uses for contiguous x of this shape on this device."""
+    """(forward plan, backward plan) the launcher uses for contiguous x of this shape on this device,
+    under the launcher's current overrides."""
     C = shape[-1]
     M = math.prod(shape[:-1])
-    arch, sms = launcher.device_facts(device())
     item = torch.empty(0, dtype=dtype).element_size()
-    interp = launcher.interpreter_active()
-    return (
-        planner.plan_forward(M, C, item, (C, C), arch=arch, interpreter=interp),
-        planner.plan_backward(M, C, item, (C, C, C), sm_count=sms, arch=arch, interpreter=interp),
-    )
+    where = {"target": target(), "overrides": launcher.current_overrides()}
+    return planner.plan_forward(M, C, item, **where), planner.plan_backward(M, C, item, **where)
 
 
 def tile_of(entry: dict) -> tuple[int, int, int]:
@@ -137,7 +143,7 @@ def table_with_forward_variant(field: str) -> dict:
     """A copy of this device's committed table, or of sm90's where this device's 16-bit 1024 forward entry
     has no `field` variant (planner.FP32_PARAMS, planner.FOLDED: the interpreter's default table has none),
     for tests that make the variant apply at any size."""
-    table = planner.load_table(launcher.device_facts(device())[0])
+    table = planner.load_table(target().arch)
     if field not in planner.table_entry(table, "fwd", 2, planner.FOLD_WIDTH):
         table = planner.load_table("sm90")
     return copy.deepcopy(table)

@@ -113,7 +113,7 @@ MUTANTS: dict[str, Mutant] = {
             targets=(
                 (
                     "_plan_backward_view",
-                    (("lane_run=_overrides.lane_run or LANE_RUN_TILES,", "lane_run=1 << 30,", 1),),
+                    (("lane_run = overrides.lane_run or LANE_RUN_TILES\n", "lane_run = 1 << 30\n", 1),),
                 ),
             ),
             suite="tests/test_dtype_contract.py",
@@ -190,7 +190,7 @@ def build(name: str) -> dict:
 
     Triton's @jit needs a real file for inspect.getsource, so a kernel mutant is the whole dyt/kernels.py
     text with the one function's source replaced by its patched source, imported from a temp file. A
-    planner mutant is exec'd with the live dyt.planner globals, so planner.overrides() still applies to it.
+    planner mutant is exec'd with the live dyt.planner globals, so it calls the planner's other functions.
     """
     m = MUTANTS[name]
     module = importlib.import_module(m.module)

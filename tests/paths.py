@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
-from dyt import planner
+from dyt import launcher
 
 from helpers import plans_for
 
@@ -22,7 +22,7 @@ PATHS = {
 
 def path_context(name: str):
     _, force64 = PATHS[name]
-    return planner.overrides(int64=True) if force64 else contextlib.nullcontext()
+    return launcher.overrides(int64=True) if force64 else contextlib.nullcontext()
 
 
 def assert_path(name: str, shape, dtype) -> None:

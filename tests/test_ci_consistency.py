@@ -349,7 +349,8 @@ def test_entry_names_a_stopped_bench(entry):
     proc, _ = entry(STUB_BENCH_RC="3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "bench stopped early (exit 3)" in proc.stdout + proc.stderr
-    (entry.reports / "baselines" / "nvidia-h200.json").write_text(json.dumps({"env": {"gpu_name": "NVIDIA H200"}}))
+    baseline = {"env": {"gpu_name": "NVIDIA H200"}}
+    (entry.reports / "baselines" / "nvidia-h200.json").write_text(json.dumps(baseline))
     proc, _ = entry(STUB_GPU="NVIDIA H200", STUB_BENCH_RC="3")
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert (

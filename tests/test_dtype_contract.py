@@ -13,6 +13,7 @@ from dyt import launcher, planner
 
 from helpers import (
     DTYPES,
+    SM90,
     Inputs,
     check_against_reference,
     device,
@@ -20,6 +21,7 @@ from helpers import (
     plan_tile,
     run,
     table_with_forward_variant,
+    target,
     tile_of,
 )
 from paths import PATHS, assert_path, path_context
@@ -82,8 +84,7 @@ def test_float32_parameters_take_the_entrys_fp32_params_tile_from_its_size_on(wi
     assert tile_of(entry[planner.FP32_PARAMS]) != own
 
     def tile(rows, itemsize, param_itemsize):
-        plan = planner.plan_forward(rows, width, itemsize, (width, width), param_itemsize=param_itemsize,
-                                   arch="sm90")  # fmt: skip
+        plan = planner.plan_forward(rows, width, itemsize, param_itemsize=param_itemsize, target=SM90)
         assert plan.gamma_period == (width if width < planner.FOLD_WIDTH else 0)
         assert plan.BLOCK_M * plan.N // plan.param_width * plan.grid[0] // plan.n_col_blocks >= rows
         return plan.BLOCK_M, min(plan.BLOCK_N, entry["BLOCK_N"]), plan.num_warps
@@ -112,7 +113,7 @@ def test_the_launcher_plans_by_the_widest_of_gamma_and_beta():
     table = {"fwd": {"16bit": [entry], "fp32": [entry]}}
     x = torch.empty(10, 64, dtype=torch.bfloat16)
     half, full = torch.empty(64, dtype=torch.bfloat16), torch.empty(64)
-    with planner.overrides(table=table):
+    with launcher.overrides(table=table):
         assert launcher.forward_plan(x, half, half).num_warps == 4
         assert launcher.forward_plan(x, half, None).num_warps == 4
         assert launcher.forward_plan(x, half, full).num_warps == 2
@@ -134,7 +135,7 @@ def test_fp32_params_tile_matches_the_reference(rows, width, x_dtype, seed):
         if planner.FP32_PARAMS in entry:
             entry[planner.FP32_PARAMS]["min_elements"] = 1
     inp = make_inputs((rows, width), DTYPES[x_dtype], seed=seed, param_dtype=torch.float32)
-    with planner.overrides(table=table):
+    with launcher.overrides(table=table):
         plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
         wide = planner.table_entry(table, "fwd", 2, plan.N)
         assert plan_tile(plan) == tile_of(wide[planner.FP32_PARAMS]), plan
@@ -148,7 +149,7 @@ def test_fp32_params_tile_at_its_threshold(seed):
     float32 parameters (2^24 elements) against the float64 reference."""
     inp = make_inputs((4096, 4096), torch.bfloat16, seed=seed, param_dtype=torch.float32)
     plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
-    entry = planner.table_entry(planner.load_table(launcher.device_facts(device())[0]), "fwd", 2, 4096)
+    entry = planner.table_entry(planner.load_table(target().arch), "fwd", 2, 4096)
     if planner.FP32_PARAMS in entry:
         assert plan_tile(plan) == tile_of(entry[planner.FP32_PARAMS]), plan
     check_against_reference(inp, run(inp))
@@ -171,7 +172,7 @@ def test_float32_parameter_grads_over_long_runs_of_one_term(seed):
     is one value that makes each addition of dbeta's sums round the same way, over RUN_TILES tiles per
     program, unless the program restarts its sums every LANE_RUN_TILES. Padded rows (never folded); x,
     gamma, alpha fresh positive."""
-    sm_count = launcher.device_facts(device())[1]
+    sm_count = target().sm_count
     rows, width = sm_count * RUN_TILES, 16
     gen = torch.Generator().manual_seed(seed)
     value = 0.5 + torch.rand(3, generator=gen, dtype=torch.float64)
@@ -184,7 +185,7 @@ def test_float32_parameter_grads_over_long_runs_of_one_term(seed):
         beta=torch.full((width,), 0.25, device=device(), requires_grad=True),
         dy=torch.full((rows, width), scale * ROUNDS_DOWN, device=device()),
     )
-    with planner.overrides(table=ONE_PROGRAM_PER_SM):
+    with launcher.overrides(table=ONE_PROGRAM_PER_SM):
         plan = launcher.backward_plan(inp.x.detach(), inp.dy)
         assert plan.gamma_period == 0 and plan.BLOCK_M == 1
         outs = run(inp)

@@ -9,7 +9,7 @@ import torch
 import dyt
 from dyt import launcher, planner, reference
 
-from helpers import DTYPES, check_against_reference, device, make_inputs, plans_for, run
+from helpers import DTYPES, SM90, check_against_reference, device, make_inputs, plans_for, run, target
 from paths import PATHS, assert_path, path_context
 from tolerances import assert_close
 
@@ -27,8 +27,8 @@ SHAPE_CLASSES = [
 def _plans(rows, width, itemsize, row_stride=None):
     """Plans for contiguous rows, or for rows row_stride apart (padded rows: never folded)."""
     s = row_stride or width
-    fwd = planner.plan_forward(rows, width, itemsize, (s, width), arch="sm90")
-    bwd = planner.plan_backward(rows, width, itemsize, (s, s, width), sm_count=132, arch="sm90")
+    fwd = planner.plan_forward(rows, width, itemsize, x_stride=s, target=SM90)
+    bwd = planner.plan_backward(rows, width, itemsize, x_stride=s, dy_stride=s, target=SM90)
     return fwd, bwd
 
 
@@ -129,7 +129,7 @@ def test_small_problems_still_fill_the_gpu(rows, width):
     """The partial-traffic budget would leave most SMs idle on small problems (52 programs for 2048 x 4096
     bf16 on an H200's 132 SMs); they keep at least one program per SM where they have the tiles."""
     for itemsize in (2, 4):
-        bwd = planner.plan_backward(rows, width, itemsize, (width,) * 3, sm_count=132, arch="sm90")
+        bwd = planner.plan_backward(rows, width, itemsize, target=SM90)
         n_tiles = -(-bwd.M // bwd.BLOCK_M) * bwd.n_col_blocks  # tiles of the view (folded rows: fewer)
         assert bwd.grid[0] >= min(128, n_tiles), f"{rows}x{width} x{itemsize} B: {bwd.grid[0]} programs"
 
@@ -251,8 +251,8 @@ def test_both_row_orders_and_the_masked_tail(order, width, dtype, lane_run, seed
     table = {"fwd": {"16bit": [fwd], "fp32": [fwd]}, "bwd": {"16bit": [bwd], "fp32": [bwd]}}
     # S SMs: 6S + 3 tiles dealt to S groups of 7 (the last run passes M unless 7 divides 6S + 3; not for
     # S = 4, the interpreter, or 132, an H100/H200); the last tile holds one row.
-    rows = 4 * (6 * launcher.device_facts(device())[1] + 2) + 1
-    with planner.overrides(table=table, lane_run=lane_run):
+    rows = 4 * (6 * target().sm_count + 2) + 1
+    with launcher.overrides(table=table, lane_run=lane_run):
         _, plan = plans_for((rows, width), DTYPES[dtype])
         n_tiles = -(-rows // plan.BLOCK_M)
         assert plan.strided == (order == "strided") and rows % plan.BLOCK_M
@@ -275,10 +275,10 @@ def test_runs_of_tiles_on_folded_rows(width, dtype, seed):
     entry = {"max_width": None, "BLOCK_M": 2, "BLOCK_N": 1024, "num_warps": 4, "programs_per_sm": 1,
              "row_order": "chunked", "num_stages": 2, "sign": "select", "copies_as_rows": 4}  # fmt: skip
     table = {mode: {b: [entry] for b in ("16bit", "fp32")} for mode in ("fwd", "bwd")}
-    sms = launcher.device_facts(device())[1]
+    sms = target().sm_count
     fold = {64: 16, 256: 4, 768: 4}[width]
     rows = fold * (14 * sms - 1) + fold // 2  # 14 S folded rows, the last one in half
-    with planner.overrides(table=table, lane_run=2):
+    with launcher.overrides(table=table, lane_run=2):
         _, plan = plans_for((rows, width), DTYPES[dtype])
         assert (plan.gamma_period, plan.ragged, plan.copies_in_block) == (
             width,

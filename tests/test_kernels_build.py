@@ -7,13 +7,16 @@ so CPU CI also runs Triton's real front end and back end down to PTX and a cubin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pathlib
 import re
 import subprocess
 import sys
+import types
 
 import pytest
+import torch
 
 triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -55,8 +58,10 @@ def test_compile_checks_in_a_compiler_process(tmp_path):
     assert "skipped" not in out.stdout.splitlines()[-1] or "1 skipped" in out.stdout.splitlines()[-1]
 
 
-from dyt import kernels, planner  # noqa: E402
+from dyt import direct_launch, kernels, planner  # noqa: E402
 from dyt.planner import LANE_RUN_TILES, TANH_METHODS  # noqa: E402
+
+from helpers import SM90  # noqa: E402
 
 needs_compiler = pytest.mark.skipif(INTERPRETED, reason="runs in the child process of the test above")
 
@@ -240,43 +245,71 @@ def test_finish_compiles_for_its_planned_tiles(width, pdl):
 @pytest.mark.parametrize("mode", ["fwd", "bwd"])
 def test_pdl_is_planned_on_sm90_and_up_outside_the_interpreter(mode):
     def plan(arch, interpreter=False):
+        target = planner.Target(arch, 132, interpreter)
         if mode == "fwd":
-            return planner.plan_forward(4096, 1024, 2, (1024, 1024), arch=arch, interpreter=interpreter)
-        return planner.plan_backward(4096, 1024, 2, (1024, 1024, 1024), sm_count=132, arch=arch,
-                                    interpreter=interpreter)  # fmt: skip
+            return planner.plan_forward(4096, 1024, 2, target=target)
+        return planner.plan_backward(4096, 1024, 2, target=target)
 
     assert plan("sm90").pdl and plan("sm100").pdl
     assert not plan("sm80").pdl and not plan("default").pdl
     assert not plan("sm90", interpreter=True).pdl
 
 
-def test_a_replaced_plan_compiles_its_own_kernels():
-    """Tools time a plan beside a variant of it (tools/bwd_split.py: with and without PDL); the kernels cached
-    for one must not launch for the other, whose compile-time constants differ."""
-    plan = planner.plan_forward(4096, 1024, 2, (1024, 1024), arch="sm90")
-    plan.launches["key"] = "a kernel compiled with PDL"
-    variant = plan.replaced(pdl=False)
-    assert not variant.pdl and variant.launches == {} and plan.launches
-    assert variant.replaced(pdl=True) == plan
+class _FakeKernel:
+    """Stands in for a @triton.jit kernel: records JIT launches, returns a compiled kernel's fields."""
+
+    def __init__(self, fn):
+        self.fn, self.jit_launches = fn, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **constexprs):
+            self.jit_launches.append((grid, args, constexprs))
+            return types.SimpleNamespace(run=len(self.jit_launches), function=None, packed_metadata=None)
+
+        return launch
+
+
+def test_launches_that_differ_in_a_constant_never_share_a_compiled_kernel(monkeypatch):
+    """The compiled-launch cache is keyed by the whole KernelLaunch (grid, arguments, constants), by value:
+    a variant plan (tools/bwd_split.py: with and without PDL) compiles its own kernel, and an equal plan
+    made afresh finds the one compiled before."""
+
+    def fn(X, n, A: int, B: int):  # two tensors' worth of parameters, one scalar, two constants
+        pass
+
+    monkeypatch.setattr(direct_launch, "_hooks_set", lambda: False)
+    with_pdl = planner.plan_forward(4096, 1024, 2, target=SM90).kernel
+    without = planner.plan_forward(4096, 1024, 2, target=dataclasses.replace(SM90, allow_pdl=False)).kernel
+    assert with_pdl.pdl and not without.pdl and with_pdl != without
+    again = planner.plan_forward(4096, 1024, 2, target=SM90).kernel
+    assert again == with_pdl and hash(again) == hash(with_pdl) and again is not with_pdl
+
+    specs = [planner.KernelLaunch((4,), (7,), (("A", 1), ("B", b)), num_warps=4) for b in (2, 3)]
+    fake = _FakeKernel(fn)
+    compiled = direct_launch.CompiledKernel(fake)
+    x = torch.empty(8)
+    compiled.launch(specs[0], (x,), direct=True)
+    compiled.launch(specs[1], (x,), direct=True)
+    assert [c for _, _, c in fake.jit_launches] == [{"A": 1, "B": b, "num_warps": 4} for b in (2, 3)]
+    assert {spec for spec, _ in compiled.cache} == set(specs)
+    assert [hit[3] for hit in compiled.cache.values()] == [(1, 2), (1, 3)]  # the constants, in order
 
 
 def test_which_launches_overlap_the_kernel_before(monkeypatch):
     """On sm_90 the forward and the finish are launched by PDL (their kernels wait before touching memory,
-    tests above); the backward's persistent main kernel is not: launched early it was 26% slower at
-    2048 x 4096 bf16, its programs no longer spread one or two per SM (NOTES.md v19)."""
-    import torch
-
+    tests above); the backward's persistent main kernel is not: launched early, its programs no longer
+    spread one or two per SM (docs/performance.md, "Backward")."""
     from dyt import launcher
 
     launched = {}
 
-    def record(kernel, grid, cache, variant, args, constexprs, *, direct, num_warps, launch_pdl=False):
-        launched[kernel.fn.__name__] = (launch_pdl, constexprs.get("PDL"))
+    def record(self, spec, tensors, *, direct):
+        launched[self.kernel.fn.__name__] = (spec.pdl, dict(spec.constexprs)["PDL"])
 
-    monkeypatch.setattr(launcher.direct_launch, "launch", record)
+    monkeypatch.setattr(direct_launch.CompiledKernel, "launch", record)
     monkeypatch.setattr(launcher, "_current", lambda device: contextlib.nullcontext())
-    fwd = planner.plan_forward(4096, 1024, 2, (1024, 1024), arch="sm90")
-    bwd = planner.plan_backward(4096, 1024, 2, (1024, 1024, 1024), sm_count=132, arch="sm90")
+    fwd = planner.plan_forward(4096, 1024, 2, target=SM90)
+    bwd = planner.plan_backward(4096, 1024, 2, target=SM90)
     x = torch.empty(4096, 1024)
     launcher.launch_forward(fwd, x, x, x, x, None)
     launcher.launch_backward_main(bwd, x, x, x, x, x, (x, x, x))

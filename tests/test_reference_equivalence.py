@@ -16,6 +16,7 @@ from dyt import direct_launch, kernels, launcher, ops, planner, reference, torch
 
 from helpers import (
     DTYPES,
+    SM90,
     check_against_reference,
     device,
     make_inputs,
@@ -24,6 +25,7 @@ from helpers import (
     plans_for,
     run,
     table_with_forward_variant,
+    target,
     tile_of,
 )
 from paths import PATHS, assert_path, path_context
@@ -240,20 +242,20 @@ def test_saturated_tail(path, seed):
 def test_interpreter_swaps_gpu_only_tanh_methods(method):
     """libdevice tanh and PTX tanh.approx have no interpreter implementation: there the plan swaps them for
     the default method; on a GPU the plan keeps them."""
-    with planner.overrides(tanh=method):
-        assert (
-            planner.plan_forward(8, 64, 2, (64, 64), interpreter=True).tanh
-            == planner.TANH_METHODS["poly_exp"]
-        )
-        assert (
-            planner.plan_forward(8, 64, 2, (64, 64), interpreter=False).tanh == planner.TANH_METHODS[method]
-        )
+    chosen = planner.Overrides(tanh=method)
+    interpreter = planner.Target(interpreter=True)
+    on_interpreter = planner.plan_forward(8, 64, 2, target=interpreter, overrides=chosen)
+    assert on_interpreter.tanh == planner.TANH_METHODS["poly_exp"]
+    assert planner.plan_forward(8, 64, 2, overrides=chosen).tanh == planner.TANH_METHODS[method]
 
 
 def test_the_tanh_method_comes_from_dyt_tanh_at_import():
     """DYT_TANH names the method for the whole process, read once when dyt is imported (an environment
     lookup on every plan lookup cost host time, NOTES.md v27); an unknown name fails at the first plan."""
-    code = "from dyt import planner; print(planner.plan_forward(8, 64, 2, (64, 64), interpreter=False).tanh)"
+    code = (
+        "from dyt import launcher, planner; "
+        "print(planner.plan_forward(8, 64, 2, overrides=launcher.current_overrides()).tanh)"
+    )
 
     def plan_in_child(value):
         env = {**os.environ, "DYT_TANH": value}
@@ -276,9 +278,9 @@ def test_gpu_tanh_methods(path, seed):
     unit in the last place of the bfloat16 the result is stored in."""
     width = PATHS[path][0]
     inp = make_inputs((300, width), torch.bfloat16, seed=seed, param_dtype=torch.float32)
-    with path_context(path), planner.overrides(tanh="libdevice"):
+    with path_context(path), launcher.overrides(tanh="libdevice"):
         check_against_reference(inp, run(inp))
-    with path_context(path), planner.overrides(tanh="hw_approx"):
+    with path_context(path), launcher.overrides(tanh="hw_approx"):
         y, dx, *_ = run(inp)
     y_ref = reference.dyt_forward_reference(inp.x, inp.alpha, inp.gamma, inp.beta)
     dx_ref = reference.dyt_backward_reference(inp.dy, inp.x, inp.alpha, inp.gamma, inp.beta)[0]
@@ -343,7 +345,7 @@ def test_folded_rows_take_the_entrys_folded_tile_from_its_size_on(width):
     assert tile_of(entry[planner.FOLDED]) != own
 
     def tile(rows, n, itemsize=2, param_itemsize=None):
-        plan = planner.plan_forward(rows, n, itemsize, (n, n), param_itemsize=param_itemsize, arch="sm90")
+        plan = planner.plan_forward(rows, n, itemsize, param_itemsize=param_itemsize, target=SM90)
         assert plan.gamma_period == (n if n < planner.FOLD_WIDTH else 0), plan
         return plan_tile(plan)
 
@@ -351,15 +353,17 @@ def test_folded_rows_take_the_entrys_folded_tile_from_its_size_on(width):
     assert tile(rows, width) == tile_of(entry[planner.FOLDED])
     # the folded tile's polynomial (3 terms on sm90) comes with it, as fp32_params' does; the entry's own
     # plans keep 5, and a variant without a poly of its own runs its entry's
-    poly = planner.plan_forward(rows, width, 2, (width, width), arch="sm90").poly_terms
+    poly = planner.plan_forward(rows, width, 2, target=SM90).poly_terms
     assert poly == entry[planner.FOLDED].get("poly", 5) == 3
-    assert planner.plan_forward(rows - 1, width, 2, (width, width), arch="sm90").poly_terms == 5
-    mixed_plan = planner.plan_forward(rows, width, 2, (width, width), param_itemsize=4, arch="sm90")
+    assert planner.plan_forward(rows - 1, width, 2, target=SM90).poly_terms == 5
+    mixed_plan = planner.plan_forward(rows, width, 2, param_itemsize=4, target=SM90)
     assert mixed_plan.poly_terms == entry[planner.FP32_PARAMS]["poly"] == 3
     own_poly = copy.deepcopy(table)
     del planner.table_entry(own_poly, "fwd", 2, planner.FOLD_WIDTH)[planner.FP32_PARAMS]["poly"]
-    with planner.overrides(table=own_poly):
-        assert planner.plan_forward(rows, width, 2, (width, width), param_itemsize=4).poly_terms == 5
+    variant_poly_removed = planner.Overrides(table=own_poly)
+    assert (
+        planner.plan_forward(rows, width, 2, param_itemsize=4, overrides=variant_poly_removed).poly_terms == 5
+    )
     assert tile(4 * rows, width) == tile_of(entry[planner.FOLDED])
     assert tile(rows - 1, width) == own
     assert tile(4 * big // planner.FOLD_WIDTH, planner.FOLD_WIDTH) == own  # not folded: the entry's own width
@@ -392,7 +396,7 @@ def test_folded_tile_gives_the_bits_of_the_entrys_own(rows, width, dtype, alpha,
     inp = make_inputs((rows, width), DTYPES[dtype], seed=seed, alpha=alpha)
     ys = []
     for tab, want in ((table, tile_of(own[planner.FOLDED])), (without, own_tile)):
-        with planner.overrides(table=tab):
+        with launcher.overrides(table=tab):
             plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
             assert (*plan_tile(plan), plan.gamma_period) == (*want, width), plan
             outs = run(inp)
@@ -407,7 +411,7 @@ def test_folded_tile_at_its_threshold(seed):
     in rows of 1024) against the float64 reference."""
     inp = make_inputs((262144, 64), torch.bfloat16, seed=seed)
     plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
-    entry = planner.table_entry(planner.load_table(launcher.device_facts(device())[0]), "fwd", 2, plan.N)
+    entry = planner.table_entry(planner.load_table(target().arch), "fwd", 2, plan.N)
     assert plan.gamma_period == 64
     if planner.FOLDED in entry:
         assert plan_tile(plan) == tile_of(entry[planner.FOLDED]), plan
@@ -425,9 +429,9 @@ def test_both_forward_sign_forms_give_the_same_bits(path, dtype, seed):
     inp.x.data[0, :3] = torch.tensor([0.0, -0.0, -1e-30], dtype=dt)
     ys = []
     for sign in ("select", "bitwise"):
-        table = planner.load_table(launcher.device_facts(device())[0])
+        table = planner.load_table(target().arch)
         table = {**table, "fwd": {b: [{**e, "sign": sign} for e in es] for b, es in table["fwd"].items()}}
-        with path_context(path), planner.overrides(table=table):
+        with path_context(path), launcher.overrides(table=table):
             assert plans_for((37, width), dt)[0].sign_select == (sign == "select")
             outs = run(inp)
             check_against_reference(inp, outs, label=f"sign {sign}: ")
@@ -454,13 +458,13 @@ def test_both_forward_polynomials_meet_the_contract(terms, dtype, seed):
     everywhere, against the reference with |alpha x| spread over [0, 1.5], where the polynomial hands over
     to 1 - 2 / (exp(2|z|) + 1), through folded (64), whole (1024) and split (768) rows."""
     dt = DTYPES[dtype]
-    table = _with_poly(planner.load_table(launcher.device_facts(device())[0]), terms)
+    table = _with_poly(planner.load_table(target().arch), terms)
     for rows, width in ((48, 64), (9, 1024), (7, 768)):
         inp = make_inputs((rows, width), dt, seed=seed, alpha=0.75)
         gen = torch.Generator().manual_seed(seed)
         x = (torch.rand(rows, width, generator=gen) * 4 - 2).to(dt).to(inp.x.device)
         inp.x = x.requires_grad_()
-        with planner.overrides(table=table):
+        with launcher.overrides(table=table):
             assert plans_for((rows, width), dt)[0].poly_terms == terms
             check_against_reference(inp, run(inp), label=f"poly {terms}: ")
 
@@ -473,7 +477,7 @@ def test_each_forward_polynomial_stays_within_four_float32_ulps(terms):
     z = torch.linspace(0, 1.2, 2**16, dtype=torch.float32)
     x = torch.cat([z, -z]).view(-1, 1024).to(device())
     ones, zeros = torch.ones(1024, device=x.device), torch.zeros(1024, device=x.device)
-    with planner.overrides(table=_with_poly(planner.load_table(launcher.device_facts(device())[0]), terms)):
+    with launcher.overrides(table=_with_poly(planner.load_table(target().arch), terms)):
         y = dyt.dyt(x, torch.ones(1, device=x.device), ones, zeros)
     ref = torch.tanh(x.double())
     worst = float(((y.double() - ref).abs() / ulp(ref, torch.float32)).max())
@@ -484,22 +488,22 @@ def test_a_forward_entrys_poly_must_be_known():
     table = copy.deepcopy(planner.load_table("sm90"))
     for entry in table["fwd"]["16bit"]:
         entry["poly"] = 4
-    with planner.overrides(table=table), pytest.raises(ValueError, match="poly must be one of"):
-        planner.plan_forward(4096, 64, 2, (64, 64), arch="sm90")
+    with launcher.overrides(table=table), pytest.raises(ValueError, match="poly must be one of"):
+        planner.plan_forward(4096, 64, 2, target=SM90, overrides=launcher.current_overrides())
 
 
 def test_launch_call_sites_pass_their_constants_last(monkeypatch, seed):
-    """A direct launch (dyt.direct_launch) hands the compiled launcher every parameter in order: each call
-    site's constants must be exactly its kernel's last parameters, or that kernel would quietly take the
-    slower JIT path on every call."""
+    """A direct launch (dyt.direct_launch) hands the compiled launcher every parameter in order: each
+    plan's constants must be exactly its kernel's last parameters, in order, or that kernel would quietly
+    take the slower JIT path on every call."""
     calls = []
-    real = direct_launch.launch
+    real = direct_launch.CompiledKernel.launch
 
-    def spy(kernel, grid, cache, variant, args, constexprs, **options):
-        calls.append((kernel, len(args), constexprs))
-        real(kernel, grid, cache, variant, args, constexprs, **options)
+    def spy(self, spec, tensors, **options):
+        calls.append((self.kernel, len(tensors) + len(spec.scalars), spec.constexprs))
+        real(self, spec, tensors, **options)
 
-    monkeypatch.setattr(direct_launch, "launch", spy)
+    monkeypatch.setattr(direct_launch.CompiledKernel, "launch", spy)
     inp = make_inputs((40, 96), torch.bfloat16, seed=seed)
     check_against_reference(inp, run(inp))
     launched = {kernel for kernel, _, _ in calls}
@@ -531,10 +535,13 @@ def test_direct_launches_give_the_jit_launches_bits(dtype, offset, seed):
     run(inp)
     direct = run(inp)
     check_against_reference(inp, direct)
-    fwd_plan, bwd_plan = launcher.forward_plan(x.detach()), launcher.backward_plan(x.detach(), inp.dy)
+    fwd_plan = launcher.forward_plan(x.detach(), inp.gamma, inp.beta)
+    bwd_plan = launcher.backward_plan(x.detach(), inp.dy)
     aligned = offset * x.element_size() % 16 == 0
-    assert any(key[0] is True and key[1][0] == (dt, aligned) for key in fwd_plan.launches), fwd_plan.launches
-    assert {key[0] for key in bwd_plan.launches} == {"main", "finish"}
+    compiled = {(spec, signature[0]) for spec, signature in launcher.FORWARD.cache}
+    assert (fwd_plan.kernel, (dt, aligned)) in compiled, compiled
+    assert any(spec == bwd_plan.main for spec, _ in launcher.BACKWARD.cache)
+    assert any(spec == bwd_plan.finish for spec, _ in launcher.FINISH.cache)
     hooked = []
     chain = knobs.runtime.launch_enter_hook  # a HookChain from Triton 3.6 on; None or a function before
     if hasattr(chain, "add"):

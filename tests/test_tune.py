@@ -7,6 +7,8 @@ import pytest
 from dyt import planner
 from dyt.service import tune
 
+from helpers import SM90
+
 pytestmark = pytest.mark.tooling
 
 
@@ -18,13 +20,13 @@ def test_every_candidate_plans(mode, width):
     rows = 2**26 // width
     for entry in tune.candidates(mode, width):
         table = {m: {b: [entry] for b in tune.BUCKET_DTYPES} for m in ("fwd", "bwd")}
-        with planner.overrides(table=table):
-            if mode == "fwd":
-                plan = planner.plan_forward(rows, width, 2, (width, width), arch="sm90")
-                assert plan.poly_terms == entry.get("poly", 5)
-            else:
-                plan = planner.plan_backward(rows, width, 2, (width,) * 3, sm_count=132, arch="sm90")
-                assert plan.num_stages == entry["num_stages"]
+        over = planner.Overrides(table=table)
+        if mode == "fwd":
+            plan = planner.plan_forward(rows, width, 2, target=SM90, overrides=over)
+            assert plan.poly_terms == entry.get("poly", 5)
+        else:
+            plan = planner.plan_backward(rows, width, 2, target=SM90, overrides=over)
+            assert plan.num_stages == entry["num_stages"]
         assert plan.n_col_blocks * plan.BLOCK_N >= width, entry
 
 

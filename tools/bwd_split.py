@@ -5,12 +5,13 @@
 At each bandwidth shape (2^26 elements) it times, as medians of CUDA-graph replays with the planned
 launch: the main kernel alone, the finish alone, the two in sequence with the finish launched by
 programmatic dependent launch (the plan's choice on sm_90) and without, and the whole
-`dyt.launcher.backward`. Dev tool for NOTES.md; needs a CUDA GPU.
+`dyt.launcher.backward`. Needs a CUDA GPU; docs/performance.md cites its numbers.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import sys
@@ -24,7 +25,7 @@ WIDTHS = (64, 128, 256, 512, 768, 1024, 2048, 4096, 8192, 16384)
 def split(width: int, dtype_name: str) -> dict:
     import torch
 
-    from dyt import launcher
+    from dyt import launcher, planner
     from dyt.service.bench import BANDWIDTH_ELEMENTS, replay_median_ms
 
     dtype = getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[dtype_name])
@@ -36,6 +37,10 @@ def split(width: int, dtype_name: str) -> dict:
     dx = torch.empty_like(x)
     dalpha, dgamma, dbeta = (torch.empty(n, device="cuda", dtype=dtype) for n in (1, width, width))
     plan = launcher.backward_plan(x, dy)
+    target = launcher.target_of(x.device)
+    no_pdl = planner.plan_backward(
+        rows, width, x.element_size(), target=dataclasses.replace(target, allow_pdl=False)
+    )
     partials = launcher.backward_partials(plan, x.device)
     us = lambda call: round(1e3 * replay_median_ms(call, reps=10, replays=5), 2)  # noqa: E731
     main = lambda: launcher.launch_backward_main(plan, x, dy, dx, alpha, gamma, partials)  # noqa: E731
@@ -57,8 +62,8 @@ def split(width: int, dtype_name: str) -> dict:
         "finish_tile": [plan.finish_block_g, plan.finish_block_n],
         "main_us": us(main),
         "finish_us": us(lambda: launcher.launch_backward_finish(plan, partials, dgamma, dbeta, dalpha)),
-        "main_finish_pdl_us": us(both(plan.replaced(pdl=True))),
-        "main_finish_no_pdl_us": us(both(plan.replaced(pdl=False))),
+        "main_finish_us": us(both(plan)),  # with PDL where the plan has it (sm_90 and up)
+        "main_finish_no_pdl_us": us(both(no_pdl)),
         "backward_us": us(lambda: launcher.backward(dy, x, alpha, gamma, dtype, dtype, dtype, dtype)),
     }
 

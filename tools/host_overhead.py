@@ -1,6 +1,6 @@
 """Host (CPU) time per call of each layer of the stack on a small GPU shape, the JIT launch path beside
 the direct one (dyt.direct_launch), and a cProfile of `dyt.dyt`: where the microseconds between the
-public API and the kernel launch go. Dev tool, GPU machine; run it alone (other processes on the host's
+public API and the kernel launch go. Needs a CUDA GPU; run it alone (other processes on the host's
 CPUs move these numbers by tens of percent).
 
     CUDA_VISIBLE_DEVICES=0 python tools/host_overhead.py
@@ -18,7 +18,7 @@ import triton.language as tl
 from triton.testing import do_bench
 
 import dyt
-from dyt import direct_launch, launcher, ops
+from dyt import direct_launch, launcher, ops, planner
 
 x = torch.randn(4096, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 a = torch.full((1,), 0.5, device="cuda", requires_grad=True)
@@ -36,17 +36,17 @@ def _empty_kernel(X, n, ONE: tl.constexpr):
 
 @contextlib.contextmanager
 def jit_path():
-    """Every launch through Triton's JIT (what dyt did before dyt.direct_launch)."""
-    real = direct_launch.launch
+    """Every launch through Triton's JIT, as without dyt.direct_launch."""
+    real = direct_launch.CompiledKernel.launch
 
-    def jit(*args, **kwargs):
-        real(*args, **{**kwargs, "direct": False})
+    def jit(self, spec, tensors, *, direct):
+        real(self, spec, tensors, direct=False)
 
-    direct_launch.launch = jit
+    direct_launch.CompiledKernel.launch = jit
     try:
         yield
     finally:
-        direct_launch.launch = real
+        direct_launch.CompiledKernel.launch = real
 
 
 def host_us(fn, n=200, repeats=7):
@@ -73,12 +73,11 @@ def eager_fwd_bwd():
 
 
 buf = torch.empty(1, device="cuda")
-empty_cache: dict = {}
+empty = direct_launch.CompiledKernel(_empty_kernel)
+empty_launch = planner.KernelLaunch((1,), (0,), (("ONE", 1),), num_warps=4)
 cases = {
     "empty Triton kernel, JIT launch": lambda: _empty_kernel[(1,)](buf, 0, ONE=1),
-    "empty Triton kernel, direct launch": lambda: direct_launch.launch(
-        _empty_kernel, (1,), empty_cache, None, (buf, 0), {"ONE": 1}, direct=True, num_warps=4
-    ),
+    "empty Triton kernel, direct launch": lambda: empty.launch(empty_launch, (buf,), direct=True),
     "torch.empty_like (4096 x 64)": lambda: torch.empty_like(x2),
     "ops.validate": lambda: ops.validate(x, a, g, b),
     "launcher.forward_plan": lambda: launcher.forward_plan(x2),

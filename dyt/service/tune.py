@@ -68,7 +68,7 @@ def _time(mode, entry, bucket, x, dy, alpha, gamma, beta):
     from dyt.service.bench import replay_median_ms
 
     table = {"fwd": {bucket: [entry]}, "bwd": {bucket: [entry]}}
-    with planner.overrides(table=table):
+    with launcher.overrides(table=table):
         if mode == "fwd":
             fn = lambda: launcher.forward(x, alpha, gamma, beta, x.dtype)
         else:
@@ -88,7 +88,7 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
 
     from dyt import launcher
 
-    arch, _ = launcher.device_facts(torch.device("cuda"))
+    arch = launcher.target_of(torch.device("cuda")).arch
     table = copy.deepcopy(planner.load_table(arch))
     table["arch"] = arch
     gpu = torch.cuda.get_device_name()
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from dyt import launcher
 
-    arch, _ = launcher.device_facts(torch.device("cuda"))
+    arch = launcher.target_of(torch.device("cuda")).arch
     out = args.out or planner.TABLES / f"{arch}.json"
     widths = None if args.widths is None else {int(w) for w in args.widths.split(",")}
     tune(out, args.budget_s, args.buckets.split(","), args.modes.split(","), widths)
