@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine (no nox, no network): the GPU matrix on every visible GPU through
-# ci/entry.sh (one xdist worker each), then the bench alone on GPU 0, then the report; everything tarred
-# into $OUT/reports.tgz (the device tool returns few files). What made reports/baselines/h200x2-68785cd/
-# and (with DYT_MATRIX_GPUS=1) the bench of archive/nvidia-h200-17b683c.json.
+# The GPU evidence of a commit in one command, on a GPU machine without nox or network: the GPU matrix on
+# every visible GPU through ci/entry.sh (one xdist worker each), then the bench alone on GPU 0, then the
+# report; everything tarred into $OUT/reports.tgz.
 #
-#   DYT_GIT_SHA=<sha7> bash ci/device_evidence.sh          (carry .whl/ holding junitparser, liger-kernel)
+#   DYT_GIT_SHA=<sha7> bash ci/device_evidence.sh          (wheels of junitparser, liger-kernel in .whl/)
 #
 # Environment: DYT_TUNE=1 first rewrites dyt/tables/sm90.json with `python -m dyt tune` on GPU 0;
 # DYT_BENCH_ARGS replaces the bench selection; DYT_MATRIX_S / DYT_BENCH_S / DYT_TUNE_S are time limits;
 # DYT_MATRIX_GPUS runs the matrix on those GPUs beside the bench (see below); DYT_SKIP_MATRIX=1 runs the
-# bench alone (one GPU and too little device time for both).
+# bench alone.
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT" reports/perf

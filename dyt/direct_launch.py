@@ -2,7 +2,7 @@
 
 `kernel[grid](*args, **constexprs)` binds every argument, specializes each one, builds a cache key and
 looks the compiled kernel up on every call: host time that small shapes pay in full, twice per backward
-(docs/performance.md, "Host path"). A `CompiledKernel` does that once per launch (a
+(docs/host-path.md). A `CompiledKernel` does that once per launch (a
 dyt.planner.KernelLaunch) and tensor signature, keeps the compiled kernel Triton returned, and afterwards
 hands the arguments straight to its launcher.
 

@@ -13,14 +13,16 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from dyt.planner import POLY_LIMITS
+
 # TANH (a constexpr) numbers the tanh method as dyt.planner.TANH_METHODS does: 0 poly_exp (default: odd
 # polynomial near 0, exp2 and a reciprocal elsewhere; a few float32 ulps), 1 libdevice (CUDA's tanhf; no
 # interpreter implementation), 2 hw_approx (PTX tanh.approx.f32, relative error ~2^-11: opt-in, GPU only).
 
 # Below this |z| the polynomial is used; at and above it, 1 - 2 / (exp(2|z|) + 1). The forward may take the
 # short polynomial instead (POLY_TERMS = 3, a table entry's "poly"), below its own limit.
-_POLY_LIMIT = tl.constexpr(0.6)
-_SHORT_POLY_LIMIT = tl.constexpr(0.4)
+_POLY_LIMIT = tl.constexpr(POLY_LIMITS[5])
+_SHORT_POLY_LIMIT = tl.constexpr(POLY_LIMITS[3])
 _TWO_LOG2E = tl.constexpr(2.8853900817779268)  # 2 / ln(2): exp(2a) = exp2(2a / ln 2)
 _NEG_LOG2E = tl.constexpr(-1.4426950408889634)  # exp(-a) = exp2(a * -1 / ln 2): one multiply
 
@@ -100,9 +102,9 @@ def _tanh(z, TANH: tl.constexpr, APPROX: tl.constexpr, SIGN_SELECT: tl.constexpr
 
     SIGN_SELECT picks how method 0 gives the exp branch its sign: a compare and select, or one bitwise op
     (_with_sign_of). Same bits either way; the compiler's registers and schedule differ, and which one is
-    faster depends on the tile (measured per launch-table entry, NOTES.md v13). POLY_TERMS (5 or 3) picks
+    faster depends on the tile (a launch-table entry's "sign", docs/kernels.md). POLY_TERMS (5 or 3) picks
     method 0's polynomial and its limit: 3 saves two FFMA per element for ~1.5 float32 ulps more error,
-    faster at some tiles and slower at others (a table entry's "poly", NOTES.md v23).
+    faster at some tiles and slower at others (a table entry's "poly").
     """
     if TANH == 0:
         LIMIT: tl.constexpr = _SHORT_POLY_LIMIT if POLY_TERMS == 3 else _POLY_LIMIT
@@ -226,11 +228,10 @@ def dyt_fwd_kernel(
 
     With PDL, a program waits for the kernel before it on the stream first, then at once lets the next
     kernel launch: back-to-back kernels overlap their launch and first programs with this one's last
-    programs (graph replays of 2^26 bf16 elements: 0.7-1.7 us of ~68, NOTES.md v19).
+    programs.
 
-    N_COL_BLOCKS is a compile-time constant (one compile per count of column blocks): a division by a
-    runtime count cost ~16 instructions and 5 registers per thread, 3-4.5% of the bf16 forward at 4096-16384
-    columns and 4% at 768 (NOTES.md v20).
+    N_COL_BLOCKS is a compile-time constant (one compile per count of column blocks), so no program divides
+    by a runtime count (docs/kernels.md, "Forward").
     """
     _wait_for_primary(PDL)
     _launch_dependents(PDL)
@@ -240,10 +241,8 @@ def dyt_fwd_kernel(
     rows, cols, mask = _tile(pid_m, pid_n, M, N, n_elements, BLOCK_M, BLOCK_N, INT64, RAGGED)
     col_ok = cols < N
 
-    # Every load first, each converted to float32 where it is used: with this order ptxas gives 4x1024x4
-    # tiles 56 registers at every column-block count (9 programs per SM); converting gamma at its load and
-    # loading beta after the arithmetic took 64 at 4096-16384 columns, and 66 at 768 columns folded into
-    # 3072, which then ran 69.3 us against 65.2 (bf16, 2^26 elements, NOTES.md v20).
+    # Every load first, each converted to float32 where it is used: this order keeps the register count
+    # the same at every column-block count (docs/kernels.md, "Forward").
     index = _param_index(cols, GAMMA_PERIOD)
     alpha = tl.load(ALPHA).to(tl.float32)
     gamma = tl.load(GAMMA + index, mask=col_ok, other=0.0)
@@ -327,10 +326,10 @@ def dyt_bwd_kernel(
     Program p owns column block p % n_col_blocks of row group g = p // n_col_blocks, and tiles_per_program
     row tiles of it: with STRIDED, tiles g, g + n_groups, g + 2 n_groups, ... (all programs stream through
     one region of memory at a time); otherwise the contiguous run from tile g * tiles_per_program. The
-    launch table picks the order per dtype and width (measured: see NOTES.md).
+    launch table picks the order per dtype and width.
 
     Each lane adds one float32 term per tile, so the tiles go in runs of LANE_RUN (dyt.planner.LANE_RUN_TILES:
-    float32's rounding over longer chains can leave the parameter gradients' contract, NOTES.md v15), each
+    float32's rounding over longer chains can leave the parameter gradients' contract), each
     run with fresh sums and its own partials: run r of R = cdiv(tiles_per_program, LANE_RUN) writes row
     g R + r of PART_DGAMMA/PART_DBETA (shape (n_groups R, N), float32; with FOLD_COPIES, folded rows whose
     column blocks add up their whole copies of the true width, row p R + r of (programs R, GAMMA_PERIOD)) and
@@ -347,7 +346,7 @@ def dyt_bwd_kernel(
     then overlaps this kernel's last programs (it waits, griddepcontrol.wait, for the partials). This
     kernel itself is launched the ordinary way, onto an idle GPU: its persistent grid relies on the
     hardware spreading its programs evenly over the SMs, which a launch overlapping the kernel before it
-    does not do (launched by PDL, 2048 x 4096 bf16 took 26.8 instead of 21.2 us, NOTES.md v19).
+    does not do (docs/kernels.md, "Backward main kernel").
     """
     pid = tl.program_id(0)
     pid_n = pid % n_col_blocks

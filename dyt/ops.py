@@ -32,7 +32,7 @@ _NAMES = ("x", "alpha", "gamma", "beta")
 
 def validate(x, alpha, gamma, beta) -> None:
     """Clear ValueError/TypeError naming what was expected and what came. Every call pays for these checks,
-    so they are plain comparisons and the messages are built only on failure (NOTES.md v27)."""
+    so they are plain comparisons and the messages are built only on failure."""
     tensors = (x, alpha, gamma) if beta is None else (x, alpha, gamma, beta)
     for t in tensors:
         if not isinstance(t, torch.Tensor) or t.dtype not in SUPPORTED_DTYPES:
@@ -66,7 +66,7 @@ def validate(x, alpha, gamma, beta) -> None:
 
 def _as_rows(t: torch.Tensor) -> torch.Tensor:
     """(rows, C) view; copies only when the last dimension is not contiguous. A 2-D tensor is its own
-    view: a reshape costs ~1 us of host time per call even when it changes nothing (NOTES.md v24)."""
+    view: a reshape costs host time per call even when it changes nothing (docs/host-path.md)."""
     C = t.shape[-1]
     t2d = t if t.dim() == 2 else t.reshape(-1, C)
     if C > 1 and t2d.stride(1) != 1:
@@ -153,18 +153,29 @@ def _(dy, x, alpha, gamma, beta):
     )
 
 
-def _setup_context(ctx, inputs, output):
-    x, alpha, gamma, beta = inputs
+# Both autograd paths (the custom op's and _EagerDyT) save and return through these two.
+
+
+def _save_for_backward(ctx, x, alpha, gamma, beta) -> None:
+    """Only x is kept among activation-sized tensors: y and tanh are recomputed in the backward."""
     ctx.has_beta = beta is not None
     ctx.alpha_shape = alpha.shape
-    # Only x is kept among activation-sized tensors: y and tanh are recomputed in the backward.
     ctx.save_for_backward(x, alpha, gamma, beta)
 
 
-def _backward(ctx, dy):
-    x, alpha, gamma, beta = ctx.saved_tensors
-    dx, dalpha, dgamma, dbeta = torch.ops.dyt.backward(dy, x, alpha, gamma, beta)
+def _input_grads(ctx, grads):
+    """(dx, dalpha, dgamma, dbeta) of the backward as autograd wants them: dalpha in alpha's shape, no
+    dbeta without beta."""
+    dx, dalpha, dgamma, dbeta = grads
     return dx, dalpha.reshape(ctx.alpha_shape), dgamma, dbeta if ctx.has_beta else None
+
+
+def _setup_context(ctx, inputs, output):
+    _save_for_backward(ctx, *inputs)
+
+
+def _backward(ctx, dy):
+    return _input_grads(ctx, torch.ops.dyt.backward(dy, *ctx.saved_tensors))
 
 
 torch.library.register_autograd("dyt::forward", _backward, setup_context=_setup_context)
@@ -172,20 +183,16 @@ torch.library.register_autograd("dyt::forward", _backward, setup_context=_setup_
 
 class _EagerDyT(torch.autograd.Function):
     """Eager calls skip the custom-op dispatch layers, which cost more host time than the kernel launch
-    itself (measured on an H200 host: 189 us per torch.ops.dyt.forward call against 49 us for the launch)."""
+    itself (docs/host-path.md)."""
 
     @staticmethod
     def forward(ctx, x, alpha, gamma, beta):
-        ctx.has_beta = beta is not None
-        ctx.alpha_shape = alpha.shape
-        ctx.save_for_backward(x, alpha, gamma, beta)
+        _save_for_backward(ctx, x, alpha, gamma, beta)
         return forward_impl(x, alpha, gamma, beta)
 
     @staticmethod
     def backward(ctx, dy):
-        x, alpha, gamma, beta = ctx.saved_tensors
-        dx, dalpha, dgamma, dbeta = backward_impl(dy, x, alpha, gamma, beta)
-        return dx, dalpha.reshape(ctx.alpha_shape), dgamma, dbeta if ctx.has_beta else None
+        return _input_grads(ctx, backward_impl(dy, *ctx.saved_tensors))
 
 
 def dyt(
@@ -210,8 +217,8 @@ _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda
 
 def _records_grad(x, alpha, gamma, beta) -> bool:
     """Whether autograd must see this call. Where it need not (no_grad, inference_mode, or no input that
-    requires grad), the autograd.Function would cost ~4 us of host time for a tensor without grad_fn
-    (NOTES.md v26). Under torch.func transforms the Function's own checks and errors apply."""
+    requires grad), the autograd.Function would cost host time for a tensor without grad_fn
+    (docs/host-path.md). Under torch.func transforms the Function's own checks and errors apply."""
     if not torch.is_grad_enabled():
         return _functorch_active()
     needs = x.requires_grad or alpha.requires_grad or gamma.requires_grad

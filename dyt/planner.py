@@ -36,7 +36,7 @@ PARTIAL_TRAFFIC_BUDGET = 0.018
 # Each lane of a backward program adds one float32 term per tile. Each addition rounds by at most 2^-24 of
 # the running sum, so n terms of one sign add up to at most (n + 1) / 2 * 2^-24 of the total: runs of 256
 # tiles keep that at 7.7e-6, under the parameter gradients' 1e-5. A program restarts its sums every
-# LANE_RUN_TILES tiles and writes a partial row per run (docs/performance.md, "Backward").
+# LANE_RUN_TILES tiles and writes a partial row per run (docs/kernels.md, "Backward main kernel").
 LANE_RUN_TILES = 256
 # Programs the interpreter pretends to have SMs for: small, so CPU runs stay quick.
 INTERPRETER_SM_COUNT = 4
@@ -164,7 +164,7 @@ class BwdPlan(TilePlan):
     lane_run: int  # tiles per run of a program's float32 sums (LANE_RUN_TILES): one partial row per run
     # Folded rows whose column blocks hold at most this many whole copies of the true width write them as
     # partial rows for the finish to add (the table entry's "copies_as_rows", default 0): adding few copies
-    # after the loop can slow the loop itself (docs/performance.md, "Folded rows").
+    # after the loop can slow the loop itself (docs/kernels.md, "Folded rows").
     copies_as_rows: int
     copies_in_block: int  # see fold_copies_in_block
     finish_rows: int  # rows of the (finish_rows, param_width) float32 partial buffers
@@ -232,6 +232,10 @@ FOLDED = "folded"
 # 3 saves two FFMA per element. A variant tile without a "poly" of its own runs its entry's, and an entry
 # without one the first of these.
 POLY_TERMS = (5, 3)
+# tanh takes its polynomial below |z| = the limit of the polynomial with that many terms, and
+# 1 - 2 / (exp(2|z|) + 1) from there on (dyt.kernels._tanh; the backward and dyt.torch_path switch their
+# sech^2 formula at the 5-term limit).
+POLY_LIMITS = {5: 0.6, 3: 0.4}
 
 
 def forward_entry(
@@ -268,7 +272,7 @@ def tile_shape(entry: dict, width: int) -> tuple[int, int, int]:
 
 
 # Contiguous rows whose width is not a multiple of FOLD_WIDTH run as rows of a multiple of it (faster on the
-# H200: docs/performance.md, "Folded rows"); gamma's runs of consecutive indices stay at least MIN_FOLD_RUN.
+# H200: docs/kernels.md, "Folded rows"); gamma's runs of consecutive indices stay at least MIN_FOLD_RUN.
 FOLD_WIDTH = 1024
 MIN_FOLD_RUN = 128
 # The last folded row may end early, its columns masked at n_elements - (M - 1) N: Triton specializes the
@@ -359,7 +363,7 @@ def plan_forward(
     One program per tile. param_itemsize: the widest of gamma's and beta's element sizes (default: x's),
     which picks an entry's fp32_params tile (FP32_PARAMS); folded rows may take its folded tile (FOLDED).
     The forward folds power-of-two widths only (768 folded measured slower than unfolded in the forward,
-    docs/performance.md, "Folded rows")."""
+    docs/kernels.md, "Folded rows")."""
     x_stride = N if x_stride is None else x_stride
     param_itemsize = param_itemsize or itemsize
     table = table_of(target, overrides)
@@ -411,7 +415,7 @@ def plan_backward(
     rows fold like the forward's, 768 into 3072 too; where the wide rows' column blocks do not hold whole
     copies of the true width (768 in rows of 3072), a program writes N // gamma_period times more partials,
     and where the partial budget then allows fewer programs than the rows unfolded get, they stay unfolded
-    (docs/performance.md, "Folded rows")."""
+    (docs/kernels.md, "Folded rows")."""
     row_strides = (N if x_stride is None else x_stride, N if dy_stride is None else dy_stride, N)
     table = table_of(target, overrides)
     view = _View(M, N, row_strides)

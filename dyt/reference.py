@@ -45,3 +45,59 @@ def dyt_backward_reference(dy, x, alpha, gamma, beta=None):
     if beta is not None:
         dbeta = dy64.sum(dim=lead) if lead else dy64.clone()
     return dx, dalpha, dgamma, dbeta
+
+
+def evaluation_scales(dy, x, alpha, gamma, beta=None) -> dict[str, tuple]:
+    """What the tolerance rule (tests/tolerances.py) needs beside each reference value, in float64: for y,
+    the magnitude of its largest float32 term per element (|gamma tanh| + |beta|); for each parameter
+    gradient, the sum of its terms' magnitudes and their root sum of squares over the reduced dimensions.
+    Keys y, dalpha, dgamma and (with beta) dbeta; values (scale, rss), rss None for y."""
+    x64, dy64 = _as64(x), _as64(dy)
+    a64, g64, b64 = _as64(alpha).reshape(()), _as64(gamma), _as64(beta)
+    z = a64 * x64
+    t = torch.tanh(z)
+    dz = dy64 * g64 * sech2_reference(z)
+    lead = tuple(range(x64.dim() - 1))
+
+    def sums(terms, dims):
+        """(sum of |terms|, root sum of squares) over the reduced dimensions."""
+        if terms.dim() == 0 or not dims:
+            return terms.abs(), terms.abs()
+        return terms.abs().sum(dim=dims), terms.square().sum(dim=dims).sqrt()
+
+    da_abs, da_rss = sums(dz * x64, tuple(range(x64.dim())))
+    scales = {
+        "y": ((g64 * t).abs() + (b64.abs() if b64 is not None else 0.0), None),
+        "dalpha": (da_abs.reshape(alpha.shape), da_rss.reshape(alpha.shape)),
+        "dgamma": sums(dy64 * t, lead),
+    }
+    if beta is not None:
+        scales["dbeta"] = sums(dy64, lead)
+    return scales
+
+
+def random_inputs(shape, dtype, *, seed: int, param_dtype=None, beta: bool = True, alpha: float | None = None,
+                  x_scale: float = 1.0, device="cpu") -> dict[str, torch.Tensor | None]:  # fmt: skip
+    """Fresh random inputs of DyT, never zeros, the same for the suites and the bench: x and dy ~ N(0, 1)
+    (x times x_scale) in dtype, gamma ~ 1 + N(0, 1/4) and beta ~ N(0, 1) of shape (C,) and alpha ~
+    U(0.3, 1.2) (unless given) of shape (1,) in param_dtype (default: dtype); drawn in float32 on device
+    from a generator seeded with seed, then rounded. Keys x, alpha, gamma, beta (None without beta), dy."""
+    device = torch.device(device)
+    param_dtype = param_dtype or dtype
+    gen = torch.Generator(device=device).manual_seed(seed)
+    C = shape[-1]
+
+    def randn(*s):
+        return torch.randn(*s, generator=gen, device=device, dtype=torch.float32)
+
+    x = randn(*shape)
+    if x_scale != 1.0:
+        x *= x_scale
+    a = torch.rand(1, generator=gen, device=device) * 0.9 + 0.3 if alpha is None else None
+    return {
+        "x": x.to(dtype),
+        "alpha": (a if a is not None else torch.full((1,), float(alpha), device=device)).to(param_dtype),
+        "gamma": (1.0 + 0.5 * randn(C)).to(param_dtype),
+        "beta": randn(C).to(param_dtype) if beta else None,
+        "dy": randn(*shape).to(dtype),
+    }

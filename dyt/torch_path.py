@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import torch
 
-_POLY_LIMIT = 0.6  # the kernels' switch point between the two sech^2 formulas
+from dyt.planner import POLY_LIMITS
+
+_POLY_LIMIT = POLY_LIMITS[5]  # the kernels' switch point between the two sech^2 formulas
 
 
 def _tanh_sech2(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -39,24 +39,13 @@ class Inputs:
 
 def make_inputs(shape, dtype, *, seed: int, param_dtype=None, beta=True, alpha=None, x_scale=1.0,
                 dev=None) -> Inputs:  # fmt: skip
-    """Fresh random x, dy, gamma, beta (never zeros), alpha ~ U(0.3, 1.2) unless given."""
-    dev = dev or device()
-    param_dtype = param_dtype or dtype
-    gen = torch.Generator().manual_seed(seed)
-    C = shape[-1]
-
-    def randn(*s, dt):
-        return torch.randn(*s, generator=gen, dtype=torch.float32).to(dt).to(dev)
-
-    x = (randn(*shape, dt=torch.float32) * x_scale).to(dtype)
-    a = torch.rand(1, generator=gen) * 0.9 + 0.3 if alpha is None else torch.tensor([float(alpha)])
-    return Inputs(
-        x=x.requires_grad_(),
-        alpha=a.to(param_dtype).to(dev).requires_grad_(),
-        gamma=(1.0 + 0.5 * randn(C, dt=torch.float32)).to(param_dtype).requires_grad_(),
-        beta=randn(C, dt=param_dtype).requires_grad_() if beta else None,
-        dy=randn(*shape, dt=dtype),
-    )
+    """dyt.reference.random_inputs on this machine's device (or dev), the leaves requiring grad."""
+    drawn = reference.random_inputs(shape, dtype, seed=seed, param_dtype=param_dtype, beta=beta, alpha=alpha,
+                                    x_scale=x_scale, device=dev or device())  # fmt: skip
+    leaves = {
+        k: None if drawn[k] is None else drawn[k].requires_grad_() for k in ("x", "alpha", "gamma", "beta")
+    }
+    return Inputs(**leaves, dy=drawn["dy"])
 
 
 def run(inp: Inputs, fn=None):
@@ -71,40 +60,21 @@ def run(inp: Inputs, fn=None):
 
 
 def check_against_reference(inp: Inputs, outs, label: str = "") -> None:
-    """Every output and gradient against float64, with each value's 16-bit evaluation scale."""
+    """Every output and gradient against float64, with each value's evaluation scale (tolerances.py)."""
     y, dx, dalpha, dgamma, dbeta = outs
-    x64 = inp.x.detach().double()
-    a64 = inp.alpha.detach().double().reshape(())
-    g64 = inp.gamma.detach().double()
-    b64 = None if inp.beta is None else inp.beta.detach().double()
-    dy64 = inp.dy.double()
     y_ref = reference.dyt_forward_reference(inp.x, inp.alpha, inp.gamma, inp.beta)
     dx_ref, da_ref, dg_ref, db_ref = reference.dyt_backward_reference(
         inp.dy, inp.x, inp.alpha, inp.gamma, inp.beta
     )
-    t = torch.tanh(a64 * x64)
-    lead = tuple(range(x64.dim() - 1))
-    y_scale = (g64 * t).abs() + (b64.abs() if b64 is not None else 0.0)
-    dz = dy64 * g64 * reference.sech2_reference(a64 * x64)
-
-    def sums(terms, dims):
-        """(sum of |terms|, root sum of squares) over the reduced dimensions."""
-        if terms.dim() == 0 or not dims:
-            return terms.abs(), terms.abs()
-        return terms.abs().sum(dim=dims), terms.square().sum(dim=dims).sqrt()
-
-    all_dims = tuple(range(x64.dim()))
-    da_abs, da_rss = sums(dz * x64, all_dims)
-    dg_abs, dg_rss = sums(dy64 * t, lead)
-    db_abs, db_rss = sums(dy64, lead)
+    scales = reference.evaluation_scales(inp.dy, inp.x, inp.alpha, inp.gamma, inp.beta)
     checks = [
-        ("y", y, y_ref, "out", y_scale, None),
+        ("y", y, y_ref, "out", *scales["y"]),
         ("dx", dx, dx_ref, "out", None, None),
-        ("dalpha", dalpha, da_ref, "param", da_abs.reshape(da_ref.shape), da_rss.reshape(da_ref.shape)),
-        ("dgamma", dgamma, dg_ref, "param", dg_abs, dg_rss),
+        ("dalpha", dalpha, da_ref, "param", *scales["dalpha"]),
+        ("dgamma", dgamma, dg_ref, "param", *scales["dgamma"]),
     ]
     if inp.beta is not None:
-        checks.append(("dbeta", dbeta, db_ref, "param", db_abs, db_rss))
+        checks.append(("dbeta", dbeta, db_ref, "param", *scales["dbeta"]))
     for name, got, ref, kind, scale, rss in checks:
         assert got is not None, f"{label}{name}: no gradient produced"
         assert_close(f"{label}{name}", got, ref, kind=kind, storage=got.dtype, scale=scale, rss=rss)

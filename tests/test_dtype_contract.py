@@ -72,7 +72,7 @@ def test_float32_parameter_grads_as_accurate_as_float32(path, x_dtype, seed):
 @pytest.mark.parametrize("width", [64, 1024, 2048, 16384], ids=["folded", "1024", "2048", "16384"])
 def test_float32_parameters_take_the_entrys_fp32_params_tile_from_its_size_on(width):
     """16-bit x with float32 gamma/beta runs the sm90 entry's fp32_params tile from min_elements on (2x1024
-    on 2 warps: 4-10% faster there, 6-12% slower on smaller problems, NOTES.md v21); 16-bit parameters,
+    on 2 warps, docs/kernels.md, "Float32-parameter tiles"); 16-bit parameters,
     float32 x and smaller problems keep the entry's own tile (folded rows with 16-bit parameters take the
     entry's folded tile, dyt.planner.FOLDED). Folded widths (64 in rows of 1024) take the variant of the
     entry their folded rows use."""
@@ -168,7 +168,7 @@ ROUNDS_DOWN = 1.99615478515625
 
 def test_float32_parameter_grads_over_long_runs_of_one_term(seed):
     """The backward's lanes add one float32 term per tile, so a program's run of tiles is a lane's chain of
-    additions: 2731 tiles per program at 2^31 elements drifted past the contract (NOTES.md v15). Here dy
+    additions: thousands of tiles per program drift past the contract (planner.LANE_RUN_TILES). Here dy
     is one value that makes each addition of dbeta's sums round the same way, over RUN_TILES tiles per
     program, unless the program restarts its sums every LANE_RUN_TILES. Padded rows (never folded); x,
     gamma, alpha fresh positive."""

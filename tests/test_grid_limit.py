@@ -115,7 +115,7 @@ def test_folded_copies_are_added_in_registers_only_where_many(itemsize):
     """At the bandwidth shapes, 64 and 128 columns folded into 1024-wide blocks add up their 16 and 8
     copies in the main kernel; in 16 bits 256 and 512 (4 and 2 copies) write them as partial rows, as
     many rows per program as copies (the sm90 table's copies_as_rows: adding them after the loop slowed
-    the bf16 loop, not the float32 one, NOTES.md v18)."""
+    the bf16 loop, not the float32 one: docs/kernels.md, "Folded rows")."""
     as_rows = itemsize == 2
     for width, copies in ((64, 16), (128, 8), (256, 0 if as_rows else 4), (512, 0 if as_rows else 2)):
         _, bwd = _plans(2**26 // width, width, itemsize)

@@ -149,9 +149,8 @@ def test_the_short_polynomial_saves_two_fma_per_element():
 @needs_compiler
 @pytest.mark.parametrize("n_col_blocks", [1, 3, 4, 16])
 def test_forward_splits_its_program_id_without_a_runtime_division(n_col_blocks):
-    """The column-block count is a compile-time constant: dividing the program id by a runtime count took
-    ~16 instructions and 5 registers per thread, 3-4.5% of the bf16 forward at 4096-16384 columns and 4%
-    at 768 (NOTES.md v20). A constant 4 is a shift, a constant 3 a multiply-high."""
+    """The column-block count is a compile-time constant: no runtime division splits the program id
+    (docs/kernels.md, "Forward"). A constant 4 is a shift, a constant 3 a multiply-high."""
     ptx = compile_forward(N_COL_BLOCKS=n_col_blocks).asm["ptx"]
     assert not re.search(r"\b(div|rem)\.(s|u)32", ptx), "the program id is split by a runtime division"
 
@@ -298,7 +297,7 @@ def test_launches_that_differ_in_a_constant_never_share_a_compiled_kernel(monkey
 def test_which_launches_overlap_the_kernel_before(monkeypatch):
     """On sm_90 the forward and the finish are launched by PDL (their kernels wait before touching memory,
     tests above); the backward's persistent main kernel is not: launched early, its programs no longer
-    spread one or two per SM (docs/performance.md, "Backward")."""
+    spread one or two per SM (docs/kernels.md, "Backward main kernel")."""
     from dyt import launcher
 
     launched = {}

@@ -31,8 +31,8 @@ def test_every_candidate_plans(mode, width):
 
 
 def test_the_backward_tries_column_blocks_from_2048():
-    """Rows of 2048 ran 0.81 of the copy ceiling as one 2048-wide block, 4096-wide rows 0.91 as 1024-wide
-    blocks (68e53bb): the backward's candidates split rows from 2048 on."""
+    """One 2048-wide block ran far below 1024-wide blocks in the backward (docs/kernels.md, "Backward main
+    kernel"): the backward's candidates split rows from 2048 on."""
     block_ns = {c["BLOCK_N"] for c in tune.candidates("bwd", 2048)}
     assert {512, 1024} <= block_ns
     assert {c["BLOCK_N"] for c in tune.candidates("bwd", 1024)} == {1024}

@@ -18,13 +18,17 @@ REL_L2 = {"out": 1e-6, "param": 1e-5}
 EVAL_ULPS = 8
 FP32_EPS = 2.0**-23
 MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}
+# The opt-in hardware tanh (DYT_TANH=hw_approx: PTX tanh.approx.f32, relative error below 2^-10.987) is held
+# to its documented error instead of the contract, on top of one ulp of the storage dtype: y may be off by
+# |gamma| HW_TANH["y"] and dx (through sech^2 = 1 - t^2) by |dy gamma alpha| HW_TANH["dx"].
+HW_TANH = {"y": 2.0**-10.9, "dx": 2.0**-9.9}
 
 
 def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Spacing of dtype at the reference rounded to dtype (float64 result); subnormal spacing near 0.
 
-    Exact by construction: frexp's exponent, and the power of two built from its bits. floor(log2(r)) put
-    2^-117 in the binade below on the GPU (DYT_SEED=41, NOTES.md v22): half the spacing, a false failure."""
+    Exact by construction: frexp's exponent, and the power of two built from its bits (floor(log2(r)) puts
+    some powers of two in the binade below on the GPU: half the spacing, a false failure)."""
     finfo = torch.finfo(dtype)
     r = values.to(dtype).to(torch.float64).abs().clamp_min(finfo.tiny)
     exponent = torch.frexp(r).exponent.to(torch.int64) - 1  # r = m 2^e with m in [0.5, 1)

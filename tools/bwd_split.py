@@ -5,7 +5,7 @@
 At each bandwidth shape (2^26 elements) it times, as medians of CUDA-graph replays with the planned
 launch: the main kernel alone, the finish alone, the two in sequence with the finish launched by
 programmatic dependent launch (the plan's choice on sm_90) and without, and the whole
-`dyt.launcher.backward`. Needs a CUDA GPU; docs/performance.md cites its numbers.
+`dyt.launcher.backward`. Needs a CUDA GPU; docs/kernels.md cites its numbers.
 """
 
 from __future__ import annotations

@@ -1,17 +1,21 @@
 """The backward's dalpha accumulation emulated in numpy at 131073 x 16384 bf16 (the sm90 plan: 384
-programs x 2048 lanes x 2731 tiles): per-lane float32 sums over the whole run as ffab133 kept them (lanes
-added in float32), with Kahan's compensation, with the rounding error of each addition added up apart
-(Fast2Sum, 506b5c6), and in runs of dyt.planner.LANE_RUN_TILES tiles whose lane sums go to float64 (what
-the kernel does since 0950e49), against float64. Dev tool for NOTES.md (no GPU; ~2 minutes).
+programs x 2048 lanes x 2731 tiles): per-lane float32 sums over the whole run (lanes added in float32),
+with Kahan's compensation, with the rounding error of each addition added up apart (Fast2Sum), and in runs
+of dyt.planner.LANE_RUN_TILES tiles whose lane sums go to float64 (what the kernel does), against float64.
+No GPU needed; docs/kernels.md cites its numbers.
 
     python tools/dalpha_emulation.py [SEED]
 """
 
 from __future__ import annotations
 
+import pathlib
 import sys
 
 import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+from tolerances import EVAL_ULPS, FP32_EPS, REL_L2  # noqa: E402  (the suites' one tolerance table)
 
 PROGRAMS, LANES, STEPS = 384, 2048, 2731  # 131073 x 16384 elements: 65537 tiles of 2 x 1024 over 24 groups
 RUN = 256  # dyt.planner.LANE_RUN_TILES
@@ -60,8 +64,9 @@ def main(seed: int) -> None:
     kahan_sum = (total.astype(np.float64) - lost.astype(np.float64)).sum()
     apart_sum = (apart.astype(np.float64) + errors.astype(np.float64)).sum()
     rss = squares**0.5
-    allowed = 8 * 2.0**-23 * rss + 1e-5 * abs(exact)
-    print(f"exact {exact:.6f} rss {rss:.1f} allowed {allowed:.4f} (8 float32 ulps of rss + 1e-5 of |sum|)")
+    allowed = EVAL_ULPS * FP32_EPS * rss + REL_L2["param"] * abs(exact)  # tests/tolerances.py's rule
+    print(f"exact {exact:.6f} rss {rss:.1f} allowed {allowed:.4f} ({EVAL_ULPS} float32 ulps of rss "
+          f"+ {REL_L2['param']} of |sum|)")  # fmt: skip
     print(f"errors: float32 lanes {plain_sum - exact:+.5f}, Kahan {kahan_sum - exact:+.5f}, "
           f"Fast2Sum errors apart {apart_sum - exact:+.5f}, "
           f"runs of {RUN} {runs_sum - exact:+.5f}")  # fmt: skip

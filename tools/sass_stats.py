@@ -6,7 +6,7 @@
 Compiles with triton.compile for Hopper (no GPU needed; Triton's wheel carries ptxas and cuobjdump), reads
 the register count from `cuobjdump -res-usage`, and counts the SASS of the backward's persistent loop
 (the instructions between the loop's backward branch and its target) or of the whole forward kernel.
-Dev tool for NOTES.md: where the instruction budget per element goes.
+docs/kernels.md cites its counts: where the instruction budget per element goes.
 """
 
 from __future__ import annotations

@@ -245,22 +245,13 @@ def measure_copies_at_traffic(device, timer: Timer, cases: list[Case], modes: li
 
 
 def make_inputs(case: Case, device, seed: int) -> dict[str, Any]:
-    """Fresh random inputs (never zeros): alpha around 0.5, gamma and beta random, dy random."""
+    """The suites' fresh random inputs (dyt.reference.random_inputs) for a case, on its device."""
     import torch
 
-    gen = torch.Generator(device=device).manual_seed(seed)
-    xdt, pdt = getattr(torch, case.dtype), getattr(torch, case.param_dtype)
+    from dyt.reference import random_inputs
 
-    def randn(*shape, dtype):
-        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
-
-    return {
-        "x": randn(case.M, case.N, dtype=xdt),
-        "alpha": (0.5 + 0.05 * randn(1, dtype=torch.float32)).to(pdt),
-        "gamma": randn(case.N, dtype=pdt),
-        "beta": randn(case.N, dtype=pdt),
-        "dy": randn(case.M, case.N, dtype=xdt),
-    }
+    dtype, param_dtype = getattr(torch, case.dtype), getattr(torch, case.param_dtype)
+    return random_inputs((case.M, case.N), dtype, seed=seed, param_dtype=param_dtype, device=device)
 
 
 def reference(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -455,7 +446,7 @@ def _measure_mode(rec, fn, mode, inputs, device, timer, elem_bytes, ceiling_gbps
 
 
 def graph_time_ms(fn, mode: str, inputs, reps: int = 20, replays: int = 7) -> float:
-    """Median device time per call with the host taken out: `reps` calls captured in one CUDA graph, the
+    """Median GPU time per call with the host taken out: `reps` calls captured in one CUDA graph, the
     graph replayed `replays` times between events. Gradients come from torch.autograd.grad, so no .grad
     accumulation kernels are timed. Shapes under the L2 size (60 MB on an H200) stay warm in L2 here."""
     import torch
@@ -485,7 +476,7 @@ def graph_time_ms(fn, mode: str, inputs, reps: int = 20, replays: int = 7) -> fl
 
 
 def replay_median_ms(call, reps: int = 20, replays: int = 7, stream=None) -> float:
-    """Median device time of call() with the host taken out: `reps` calls captured in one CUDA graph
+    """Median GPU time of call() with the host taken out: `reps` calls captured in one CUDA graph
     (after 3 warm calls on the side stream the capture then uses: compiling and allocating outside the
     capture), replayed `replays` times between CUDA events. `python -m dyt tune` times its candidates
     with it too."""

@@ -60,7 +60,7 @@ def interrupt_on_sigterm(environ=os.environ) -> bool:
     """In the pytest process that writes the JUnit XML (not an xdist worker), make SIGTERM a
     KeyboardInterrupt: pytest then stops and still writes the JUnit XML of the tests that finished (exit
     2). `timeout` sends SIGTERM to its whole process group when a time limit runs out; without this the
-    run died with nothing written (NOTES.md v22). tests/conftest.py calls it. Returns whether it did."""
+    run died with nothing written. tests/conftest.py calls it. Returns whether it did."""
     if environ.get("PYTEST_XDIST_WORKER"):
         return False
 

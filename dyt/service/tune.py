@@ -12,6 +12,7 @@ import pathlib
 import time
 
 from dyt import planner
+from dyt.service.env import git_sha
 
 # 768 (a common model width) has its own bucket: it runs as 3 x 256 column blocks (dyt.planner.tile_shape).
 WIDTH_BUCKETS = [64, 128, 256, 512, 768, 1024, 2048, 4096, 8192, None]
@@ -25,8 +26,8 @@ TILES = {
 # Column blocks tried for rows wider than WIDE_FROM. The backward also tries 512: under the partial-traffic
 # budget its programs number (row groups) x (column blocks), so narrower blocks allow more of them.
 WIDE_BLOCK_N = {"fwd": [1024, 2048, 4096], "bwd": [512, 1024, 2048]}
-WIDE_FROM = {"fwd": 2048, "bwd": 2048}  # fwd from 2048: 1x1024x4 beat 2x2048x8 in fp32 (NOTES.md v18)
-PROGRAMS_PER_SM = [2, 3, 4, 6, 8]  # 2: 4x1024 backward tiles (255 registers), NOTES.md v18
+WIDE_FROM = {"fwd": 2048, "bwd": 2048}  # fwd from 2048: 1x1024x4 beat 2x2048x8 in fp32 (docs/kernels.md)
+PROGRAMS_PER_SM = [2, 3, 4, 6, 8]  # 2: 4x1024 backward tiles (255 registers, docs/kernels.md)
 NUM_STAGES = [3, 4]  # the backward loop's pipelining depth (dyt.kernels.dyt_bwd_kernel)
 SIGNS = ["select", "bitwise"]  # how the forward's tanh takes its sign (dyt.kernels._tanh)
 POLYS = [{}, {"poly": 3}]  # the forward tanh's polynomial (dyt.planner.POLY_TERMS): 5 terms (no field) or 3
@@ -75,7 +76,7 @@ def _time(mode, entry, bucket, x, dy, alpha, gamma, beta):
             fn = lambda: launcher.backward(dy, x, alpha, gamma, x.dtype, alpha.dtype, gamma.dtype, beta.dtype)
         try:
             # Timed as CUDA-graph replays: the host's launch cost (tens of microseconds on a slow host
-            # CPU) would otherwise swamp the 60-200 us kernels being compared.
+            # CPU) would otherwise swamp the kernels being compared.
             return replay_median_ms(fn, reps=10, replays=5)
         except Exception as exc:  # a config that does not compile or launch is simply not chosen
             print(f"  skip {entry}: {type(exc).__name__}: {exc}")
@@ -92,7 +93,8 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
     table = copy.deepcopy(planner.load_table(arch))
     table["arch"] = arch
     gpu = torch.cuda.get_device_name()
-    table["note"] = f"Written by `python -m dyt tune` on {gpu}; medians of CUDA-graph replays."
+    sha = git_sha()[:7]
+    table["note"] = f"Written by `python -m dyt tune` on {gpu} at {sha} (medians of CUDA-graph replays)"
     start = time.time()
     for bucket in buckets:
         dtype = getattr(torch, BUCKET_DTYPES[bucket])

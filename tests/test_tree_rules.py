@@ -1,0 +1,119 @@
+"""tooling: the rules of the tree that a machine can check.
+
+- The operator (dyt/*.py) never imports the service (dyt.service): a user's import pulls in no bench,
+  report or matrix runner, and the layout stays one-way.
+- Code and docs describe the project in present tense: no citations of a version diary ("NOTES.md vN"),
+  no words about how the work was organised (numbered sessions, lent machines, device time).
+- Operator code states contracts, not measurements: no microsecond figures and no commit SHAs in it.
+- reports/ tracks its README and one current baseline per GPU model, named after that model.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+import re
+import subprocess
+
+import pytest
+
+pytestmark = pytest.mark.tooling
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+OPERATOR = sorted((ROOT / "dyt").glob("*.py"))
+
+
+def _tracked(*patterns: str) -> list[pathlib.Path]:
+    """Tracked files (git ls-files), else every file under the patterns' folders (a tree without .git)."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", *patterns], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        names = out.stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        names = []
+    if names:
+        return [ROOT / n for n in names if (ROOT / n).is_file()]
+    return [p for pattern in patterns for p in ROOT.glob(f"{pattern.rstrip('/')}/**/*") if p.is_file()]
+
+
+def _imported_modules(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_the_operator_never_imports_the_service():
+    assert OPERATOR, "no operator modules found"
+    for path in OPERATOR:
+        if path.name == "__main__.py":  # `python -m dyt` is the service's command line, by design
+            continue
+        service = {m for m in _imported_modules(path) if m == "dyt.service" or m.startswith("dyt.service.")}
+        assert not service, f"{path.relative_to(ROOT)} imports the service: {sorted(service)}"
+
+
+# Words of how the work was organised, or of a version diary; CHANGELOG.md holds the versions.
+DIARY = re.compile(
+    r"NOTES\.md|\bsession \d|\bsessions? \d+\b|\blent (gpu|h200|machine)|\bdevice time\b|until v\d", re.I
+)
+
+
+def test_the_tree_speaks_of_the_project_only():
+    files = [
+        p for p in _tracked("dyt", "tests", "tools", "ci", "docs", ".github", ".ci") if p.suffix != ".json"
+    ]
+    files += [
+        ROOT / name for name in ("README.md", "noxfile.py", "Dockerfile", "pyproject.toml", "CHANGELOG.md")
+    ]
+    this = pathlib.Path(__file__).resolve()
+    offenders = []
+    for path in files:
+        if not path.is_file() or path.resolve() == this:
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if DIARY.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
+    assert not offenders, "\n".join(offenders[:20])
+
+
+MICROSECONDS = re.compile(r"\b\d+(\.\d+)?\s?us\b")
+SHA = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b")
+
+
+def test_operator_code_states_contracts_not_measurements():
+    offenders = []
+    for path in OPERATOR:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if MICROSECONDS.search(line) or SHA.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_launch_tables_carry_a_one_line_provenance():
+    for path in sorted((ROOT / "dyt" / "tables").glob("*.json")):
+        note = json.loads(path.read_text()).get("note", "")
+        assert note and "\n" not in note and len(note) <= 300, f"{path.name}: note of {len(note)} characters"
+        assert not DIARY.search(note), f"{path.name}: {note}"
+
+
+def test_reports_track_one_baseline_per_gpu_model():
+    from dyt.service.records import baseline_path
+
+    tracked = sorted(str(p.relative_to(ROOT)) for p in _tracked("reports"))
+    baselines = [n for n in tracked if n.startswith("reports/baselines/") and n.endswith(".json")]
+    others = set(tracked) - set(baselines)
+    assert others <= {"reports/README.md", "reports/baselines/README.md"}, sorted(others)
+    assert baselines, "no committed baseline"
+    for name in baselines:
+        gpu = json.loads((ROOT / name).read_text())["env"]["gpu_name"]
+        expected = baseline_path(ROOT / "reports" / "baselines", gpu)
+        assert ROOT / name == expected, (
+            f"{name}: a baseline of {gpu!r} belongs at {expected.relative_to(ROOT)}"
+        )
