@@ -373,3 +373,21 @@ def test_models_suite_without_cuda_exits_2():
     proc = subprocess.run([sys.executable, "-m", "dyt", "bench", "--suite", "models", "--models", "narrow"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 2 and "no CUDA device" in proc.stderr
+
+
+def test_models_suite_main_on_cpu_writes_the_perf_file(tmp_path, monkeypatch, capsys):
+    """The CLI path end to end (`--device cpu`, a tiny narrow net in place of the registry's models)."""
+    from dyt.service import cli
+
+    monkeypatch.setattr(model_bench, "model_specs", lambda: {"narrow": tiny_spec(name="narrow")})
+    args = cli._parser().parse_args(["bench", "--suite", "models", "--device", "cpu", "--quick",
+                                     "--variants", "norm,eager,dyt", "--out", str(tmp_path)])  # fmt: skip
+    assert bench.main(args) == 0
+    (path,) = tmp_path.glob("*.json")
+    data = json.loads(path.read_text())
+    assert data["records"] == [] and data["env"]["git_sha"] and "model_incomplete" not in data
+    assert [(r["mode"], r["variant"]) for r in data["model_records"]] == [
+        (m, v) for m in ("train", "infer") for v in ("norm", "eager", "dyt")
+    ]
+    assert data["model_config"]["rounds"] == 2 and data["model_config"]["device"] == "cpu"
+    assert "narrow/2 train dyt" in capsys.readouterr().out
