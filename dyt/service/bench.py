@@ -526,6 +526,13 @@ def _ok(rec: dict) -> bool:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--suite",
+        choices=("kernels", "models"),
+        default="kernels",
+        help="kernels: the kernel rows against the copy ceiling (default); models: training steps and "
+        "inference of real models with each DyT variant (dyt/service/model_bench.py)",
+    )
+    parser.add_argument(
         "--providers", default=",".join(PROVIDERS), help="comma list of " + ",".join(PROVIDERS)
     )
     parser.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES), help="comma list of bf16,fp16,fp32")
@@ -548,10 +555,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", metavar="BASELINE.json", help="gate this run against a baseline")
     parser.add_argument("--margin", type=float, default=0.05, help="allowed drop in ratio to ceiling")
     parser.add_argument("--strict", action="store_true", help="with --compare: a different GPU model fails")
+    from dyt.service import model_bench
+
+    model_bench.add_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     """`python -m dyt bench`: measure, write reports/perf/<gpu>-<sha7>.json, optionally gate."""
+    if getattr(args, "suite", "kernels") == "models":
+        from dyt.service import model_bench
+
+        return model_bench.main(args)
     try:
         providers = _split(args.providers)
         for p in providers:
@@ -616,6 +630,7 @@ def main(args: argparse.Namespace) -> int:
         report["incomplete"] = {"records": len(records), "of": total, "stopped_by": stopped[0]}
     path = perf_path(Path(args.out), env)
     path.parent.mkdir(parents=True, exist_ok=True)
+    report.update(_model_part(path))
     path.write_text(json.dumps(json_safe(report), indent=1) + "\n")
     failed = sum(1 for r in records if r["error"])
     print(f"wrote {path} ({len(records)} records, {failed} with errors)")
@@ -624,8 +639,18 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return STOPPED
     if args.compare:
-        return gate_files(path, args.compare, margin=args.margin, strict=args.strict)
+        return gate_files(path, args.compare, margin=args.margin, strict=args.strict,
+                          model_margin=args.model_margin)  # fmt: skip
     return 0
+
+
+def _model_part(path: Path) -> dict:
+    """The model benchmark's keys of an existing perf file of the same commit, kept beside new kernel rows."""
+    try:
+        old = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in old.items() if k.startswith("model_")} if isinstance(old, dict) else {}
 
 
 STOPPED = 3  # the exit status of a bench stopped early (its rows so far written, no gate)

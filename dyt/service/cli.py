@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument("baseline", help="perf JSON of the baseline (same GPU model)")
     gate.add_argument("--margin", type=float, default=0.05, help="allowed absolute drop in ratio to ceiling")
     gate.add_argument("--strict", action="store_true", help="a different GPU model or no common rows fails")
+    gate.add_argument("--model-margin", type=float, default=0.10,
+                      help="allowed absolute drop in a model row's dyt speedup")  # fmt: skip
 
     sub.add_parser("tune", help="the launch-config tuner (dyt.tune); arguments pass through", add_help=False)
 
@@ -65,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "gate":
         from dyt.service.gate import gate_files
 
-        return gate_files(args.current, args.baseline, margin=args.margin, strict=args.strict)
+        return gate_files(args.current, args.baseline, margin=args.margin, strict=args.strict,
+                          model_margin=args.model_margin)  # fmt: skip
     if args.command == "env":
         from dyt.service.env import collect_env, write_env
 

@@ -1,5 +1,8 @@
 """The regression gate: a run's dyt rows against the committed baseline of the same GPU model, as ratios.
 
+Kernel rows: dyt's ratio to the copy ceiling. Model rows (the model benchmark's `model_records`): dyt's
+speedup over each other variant of the same model, batch and mode, the median of the per-round ratios.
+
 File-only (no torch, no Triton), so `python -m dyt gate` runs on a machine that holds only the result files.
 """
 
@@ -48,7 +51,64 @@ def _describe(key: tuple) -> str:
     return f"{m}x{n} {dtype}{params} {mode}"
 
 
-def gate(current: dict, baseline: dict, margin: float = 0.05, strict: bool = False) -> GateResult:
+MODEL_MARGIN = 0.10
+
+
+def _model_ratios(data: dict) -> dict[tuple, float | None]:
+    """(model, batch, mode, variant, other) -> dyt's median speedup over other; None where the dyt row
+    failed. Rows skipped (a library that does not import) carry nothing."""
+    out: dict[tuple, float | None] = {}
+    for rec in data.get("model_records") or []:
+        if not isinstance(rec, dict) or rec.get("skipped") or not rec.get("variant", "").endswith("dyt"):
+            continue
+        key = (rec.get("model"), rec.get("batch"), rec.get("mode"), rec["variant"])
+        if rec.get("error"):
+            out[(*key, None)] = None
+            continue
+        for other, ratio in (rec.get("speedup_vs") or {}).items():
+            value = ratio.get("median") if isinstance(ratio, dict) else None
+            ok = isinstance(value, (int, float)) and math.isfinite(value)
+            out[(*key, other)] = float(value) if ok else None
+    return out
+
+
+def _describe_model(key: tuple) -> str:
+    model, batch, mode, variant, other = key
+    return f"{model}/{batch} {mode} {variant} vs {other}"
+
+
+def gate_models(current: dict, baseline: dict, result: GateResult, margin: float = MODEL_MARGIN) -> int:
+    """Adds the model rows' verdicts to result; returns how many ratios it compared. A ratio drops when
+    it falls more than margin (absolute) below the baseline's; a dyt row that measured in the baseline and
+    fails now drops every ratio it had. A baseline without model rows compares nothing."""
+    base = {k: v for k, v in _model_ratios(baseline).items() if v is not None}
+    if not base:
+        return 0
+    now = _model_ratios(current)
+    compared, missing = 0, []
+    for key, ratio in base.items():
+        failed_now = (*key[:4], None) in now
+        if key not in now and not failed_now:
+            missing.append(_describe_model(key))
+            continue
+        compared += 1
+        value = None if failed_now else now[key]
+        if value is None:
+            result.regressions.append({"key": key, "baseline": ratio, "current": None})
+            result.lines.append(f"REGRESSION {_describe_model(key)}: speedup {ratio:.3f} -> failed")
+        elif value < ratio - margin:
+            result.regressions.append({"key": key, "baseline": ratio, "current": value})
+            result.lines.append(
+                f"REGRESSION {_describe_model(key)}: speedup {ratio:.3f} -> {value:.3f} "
+                f"({value - ratio:+.3f}, margin {margin})"
+            )
+    if missing:
+        result.lines.append(f"note: {len(missing)} baseline model ratios not measured now, e.g. {missing[0]}")
+    return compared
+
+
+def gate(current: dict, baseline: dict, margin: float = 0.05, strict: bool = False,
+         model_margin: float = MODEL_MARGIN) -> GateResult:  # fmt: skip
     """Fails when a dyt record's ratio to the copy ceiling drops more than margin (absolute) below the
     baseline: graph_ratio_to_ceiling where both runs have it, else ratio_to_ceiling (do_bench).
 
@@ -64,10 +124,10 @@ def gate(current: dict, baseline: dict, margin: float = 0.05, strict: bool = Fal
             return GateResult(GATE_NOT_COMPARABLE, lines=[f"ERROR: {msg} (--strict)"])
         return GateResult(GATE_OK, lines=[f"WARNING: {msg}; gate skipped"])
 
-    ours_now = {record_key(r): r for r in current["records"] if r.get("provider") == "dyt"}
+    ours_now = {record_key(r): r for r in current.get("records") or [] if r.get("provider") == "dyt"}
     result = GateResult(GATE_OK)
     missing = []
-    for rec in baseline["records"]:
+    for rec in baseline.get("records") or []:
         if rec.get("provider") != "dyt" or _ratio(rec) is None:
             continue
         key = record_key(rec)
@@ -90,29 +150,36 @@ def gate(current: dict, baseline: dict, margin: float = 0.05, strict: bool = Fal
             )
     if missing:
         result.lines.append(f"note: {len(missing)} baseline rows not measured now, e.g. {missing[0]}")
+    models = gate_models(current, baseline, result, model_margin)
+    result.compared += models
     if result.regressions:
         result.code = GATE_REGRESSION
-        result.lines.append(f"FAIL: {len(result.regressions)} of {result.compared} dyt rows regressed")
+        result.lines.append(
+            f"FAIL: {len(result.regressions)} of {result.compared} dyt rows and ratios regressed"
+        )
     elif result.compared == 0:
         msg = "no dyt rows in common with the baseline"
         result.code = GATE_NOT_COMPARABLE if strict else GATE_OK
         result.lines.append(("ERROR: " if strict else "WARNING: ") + msg)
     else:
+        kernels = result.compared - models
         result.lines.append(
-            f"OK: {result.compared} dyt rows compared on {gpu_now}, none dropped more than {margin} "
+            f"OK: {kernels} dyt rows compared on {gpu_now}, none dropped more than {margin} "
             "in ratio to ceiling"
+            + (f"; {models} model ratios, none dropped more than {model_margin}" if models else "")
         )
     return result
 
 
-def gate_files(current: str | Path, baseline: str | Path, margin: float = 0.05, strict: bool = False) -> int:
+def gate_files(current: str | Path, baseline: str | Path, margin: float = 0.05, strict: bool = False,
+               model_margin: float = MODEL_MARGIN) -> int:  # fmt: skip
     """gate() on two files, printed; the exit status."""
     try:
         cur, base = load_perf(current), load_perf(baseline)
     except (OSError, ValueError) as exc:
         print(f"gate: {exc}", file=sys.stderr)
         return GATE_USAGE
-    result = gate(cur, base, margin=margin, strict=strict)
+    result = gate(cur, base, margin=margin, strict=strict, model_margin=model_margin)
     for line in result.lines:
         print(line, file=sys.stderr if result.code else sys.stdout)
     return result.code

@@ -285,6 +285,182 @@ def make_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
     return written
 
 
+MODEL_VARIANT_ORDER = ("norm", "eager", "dyt", "liger", "compile_eager", "compile_dyt")
+
+
+def _model_variants(rows: list[dict]) -> list[str]:
+    seen = {r.get("variant") for r in rows}
+    return [v for v in MODEL_VARIANT_ORDER if v in seen] + sorted(seen - set(MODEL_VARIANT_ORDER) - {None})
+
+
+def _model_cases(rows: list[dict]) -> list[tuple]:
+    """(model, batch, mode, compiled) in the order the run measured them."""
+    cases: list[tuple] = []
+    for r in rows:
+        case = (r.get("model"), r.get("batch"), r.get("mode"), bool(r.get("compiled")))
+        if case not in cases:
+            cases.append(case)
+    return cases
+
+
+def make_model_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
+    """Step time per variant per model/batch (one panel per mode) and dyt's speedup over each other
+    variant (median of rounds, whiskers from the slowest to the fastest round)."""
+    rows = [r for r in (perf or {}).get("model_records") or [] if _num(r.get("median_ms")) is not None]
+    if not rows:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    gpu = ((perf or {}).get("env") or {}).get("gpu_name") or "unknown GPU"
+    variants = _model_variants(rows)
+    modes = [m for m in ("train", "infer") if any(r["mode"] == m for r in rows)]
+    written = []
+    fig, axes = plt.subplots(len(modes), 1, figsize=(12, 4.2 * len(modes)), squeeze=False)
+    for ax, mode in zip(axes[:, 0], modes, strict=True):
+        cases = [c for c in _model_cases(rows) if c[2] == mode]
+        width = 0.8 / max(1, len(variants))
+        for i, variant in enumerate(variants):
+            by_case = {
+                (r["model"], r["batch"], r["mode"], bool(r.get("compiled"))): r["median_ms"]
+                for r in rows
+                if r["variant"] == variant and r["mode"] == mode
+            }
+            xs = [j + i * width for j, c in enumerate(cases) if c in by_case]
+            if xs:
+                ax.bar(xs, [by_case[c] for c in cases if c in by_case], width=width, label=variant)
+        labels = [f"{m}/{b}" + (" (compiled)" if comp else "") for m, b, _, comp in cases]
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))], labels, rotation=30, ha="right")
+        ax.set_ylabel(f"{mode} step, median ms")
+        ax.set_title(f"{gpu}: {mode} (bf16 autocast)")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8, ncol=3)
+    fig.tight_layout()
+    path = plot_dir / "models-step-time.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+    pairs = [
+        (r, other, s)
+        for r in rows
+        for other, s in (r.get("speedup_vs") or {}).items()
+        if _num(s.get("median"))
+    ]
+    if pairs:
+        fig, ax = plt.subplots(figsize=(12, 4.5))
+        others = [v for v in variants if any(o == v for _, o, _ in pairs)]
+        keys = []
+        for r, _, _ in pairs:
+            key = (r["model"], r["batch"], r["mode"], r["variant"])
+            if key not in keys:
+                keys.append(key)
+        width = 0.8 / max(1, len(others))
+        for i, other in enumerate(others):
+            pts = [
+                (keys.index((r["model"], r["batch"], r["mode"], r["variant"])), s)
+                for r, o, s in pairs
+                if o == other
+            ]
+            xs = [k + i * width for k, _ in pts]
+            med = [s["median"] for _, s in pts]
+            err = [[s["median"] - s["min"] for _, s in pts], [s["max"] - s["median"] for _, s in pts]]
+            ax.bar(xs, med, width=width, yerr=err, capsize=2, label=f"over {other}")
+        ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
+        names = [
+            f"{m}/{b} {mode}" + (" compiled" if v.startswith("compile") else "") for m, b, mode, v in keys
+        ]
+        ax.set_xticks([k + 0.4 - width / 2 for k in range(len(keys))], names, rotation=30, ha="right")
+        ax.set_ylabel("dyt speedup (median of rounds)")
+        ax.set_title(f"{gpu}: dyt's speedup over each variant (above 1: dyt faster; whiskers: round range)")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = plot_dir / "models-speedup.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def models_section(perf: dict | None, plots: list[Path], base: Path) -> list[str]:
+    """The model benchmark's tables: step time per variant per model/batch/mode, and dyt's speedups."""
+    rows = (perf or {}).get("model_records") or []
+    if not rows:
+        return []
+    out = ["## Model benchmark", ""]
+    config = (perf or {}).get("model_config") or {}
+    out.append(
+        f"Training step (zero_grad, forward, backward, AdamW under {config.get('autocast', 'bfloat16')} "
+        f"autocast) and inference (inference_mode): median ms per step over {config.get('rounds')} "
+        f"interleaved rounds of {config.get('steps')} steps ({config.get('timer') or 'timer unknown'}); "
+        "host issue time per step in parentheses."
+    )
+    out.append("")
+    stop = (perf or {}).get("model_incomplete")
+    if isinstance(stop, dict):
+        out += [f"**Incomplete run**: stopped by {stop.get('stopped_by')} after {stop.get('rows')} of "
+                f"{stop.get('of')} rows; below are the rows it finished.", ""]  # fmt: skip
+    variants = _model_variants(rows)
+    by: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        by.setdefault((r.get("model"), r.get("batch"), r.get("mode"), bool(r.get("compiled"))), {})[
+            r["variant"]
+        ] = r
+    table = []
+    for case in _model_cases(rows):
+        model, batch, mode, compiled = case
+        cells: list[Any] = [model, batch, mode + (" (compiled)" if compiled else "")]
+        for v in variants:
+            r = by[case].get(v)
+            if r is None:
+                cells.append("")
+            elif r.get("skipped"):
+                cells.append(f"skipped: {_clip(r['skipped'], 40)}")
+            elif r.get("error"):
+                cells.append(f"error: {_clip(r['error'], 40)}")
+            elif _num(r.get("median_ms")) is None:
+                cells.append("-")
+            else:
+                cells.append(f"{r['median_ms']:.2f} ({_fmt(r.get('host_ms'), '.2f')})")
+        table.append(cells)
+    out += _table(["model", "batch", "mode", *[f"{v} ms" for v in variants]], table) + [""]
+
+    speed = []
+    others = [v for v in variants if not v.endswith("dyt")]
+    for case in _model_cases(rows):
+        for v, r in by[case].items():
+            ratios = r.get("speedup_vs") or {}
+            if not ratios:
+                continue
+            cells = [case[0], case[1], case[2], v]
+            for o in others:
+                s = ratios.get(o)
+                cells.append(
+                    f"{s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f})"
+                    if s and _num(s.get("median"))
+                    else ""
+                )
+            speed.append(cells)
+    if speed:
+        out += ["### dyt's speedup over each variant", "",
+                "Per round, the variant's time over dyt's; the median of rounds and, in parentheses, the "
+                "range. Above 1: dyt is faster.", ""]  # fmt: skip
+        out += _table(["model", "batch", "mode", "dyt variant", *[f"over {o}" for o in others]], speed) + [""]
+    mem = [r for r in rows if _num(r.get("peak_mem_mb")) is not None]
+    if mem:
+        out += ["Peak memory of one step above what is held between steps (MB): " + "; ".join(
+            f"{r['model']}/{r['batch']} {r['mode']} {r['variant']} {r['peak_mem_mb']:.0f}" for r in mem
+            if r["variant"] in ("norm", "dyt")) + ".", ""]  # fmt: skip
+    for plot in plots:
+        rel = plot.relative_to(base).as_posix() if plot.is_relative_to(base) else plot.as_posix()
+        out += [f"![{plot.stem}]({rel})", ""]
+    return out
+
+
 def _short(dtype: str) -> str:
     return SHORT_DTYPE.get(dtype, dtype)
 
@@ -543,6 +719,7 @@ def compose(reports: Path) -> tuple[str, list[Path]]:
     env = _read_json(reports / "env.json")
     perf_path, perf, perf_files = newest_perf(reports / "perf")
     plots = make_plots(perf, reports / "plots")
+    model_plots = make_model_plots(perf, reports / "plots")
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     sha = (env or {}).get("git_sha") or ((perf or {}).get("env") or {}).get("git_sha") or "unknown"
     lines = ["# DyT report", "", f"Generated {now} from `{reports}` (git {str(sha)[:12]}).", ""]
@@ -550,7 +727,8 @@ def compose(reports: Path) -> tuple[str, list[Path]]:
     lines += failures_section(junit, notes)
     lines += env_section(env if isinstance(env, dict) else None)
     lines += perf_section(perf_path, perf, perf_files, plots, reports)
-    return _cap("\n".join(lines) + "\n", MAX_SUMMARY_BYTES), plots
+    lines += models_section(perf, model_plots, reports)
+    return _cap("\n".join(lines) + "\n", MAX_SUMMARY_BYTES), plots + model_plots
 
 
 def _cap(text: str, limit: int) -> str:
