@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The GPU evidence of a commit in one command, on a GPU machine without nox or network: the GPU matrix on
-# every visible GPU through ci/entry.sh (one xdist worker each), then the bench alone on GPU 0, then the
-# report; everything tarred into $OUT/reports.tgz.
+# The GPU evidence of a commit, on a GPU machine without nox or network, in steps that fit separate calls:
 #
-#   DYT_GIT_SHA=<sha7> bash ci/device_evidence.sh          (wheels of junitparser, liger-kernel in .whl/)
+#   DYT_GIT_SHA=<sha7> DYT_STEPS=matrix bash ci/device_evidence.sh
+#   DYT_GIT_SHA=<sha7> DYT_STEPS=bench DYT_BENCH_ARGS="--shapes bandwidth ..." bash ci/device_evidence.sh
+#   DYT_GIT_SHA=<sha7> DYT_STEPS=bench,models DYT_BENCH_ARGS="--shapes small,model,mixed --append ..." ...
 #
-# Environment: DYT_TUNE=1 first rewrites dyt/tables/sm90.json with `python -m dyt tune` on GPU 0;
-# DYT_BENCH_ARGS replaces the bench selection; DYT_MATRIX_S / DYT_BENCH_S / DYT_TUNE_S are time limits;
-# DYT_MATRIX_GPUS runs the matrix on those GPUs beside the bench (see below); DYT_SKIP_MATRIX=1 runs the
-# bench alone.
+# Steps (DYT_STEPS, default matrix,bench,models): matrix = the GPU matrix on every visible GPU through
+# ci/entry.sh (one xdist worker each); bench = `python -m dyt bench $DYT_BENCH_ARGS`, gated against
+# reports/baselines/<gpu>.json; models = `python -m dyt bench --suite models $DYT_MODELS_ARGS`. The report
+# follows, and reports/ is tarred into $OUT/reports.tgz. Wheels in .whl/ (junitparser, liger-kernel) are
+# installed first. DYT_TUNE=1 first rewrites dyt/tables/sm90.json with `python -m dyt tune` on GPU 0.
+# Time limits: DYT_MATRIX_S, DYT_BENCH_S, DYT_MODELS_S, DYT_TUNE_S (a bench or model run stopped by one
+# keeps its rows).
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT" reports/perf
@@ -27,32 +30,36 @@ if [ "${DYT_TUNE:-0}" = 1 ]; then
   cp dyt/tables/sm90.json reports/
 fi
 
-matrix() {
-  local start=$SECONDS
+has_step() { [[ ",${DYT_STEPS:-matrix,bench,models}," == *",$1,"* ]]; }
+
+if has_step matrix; then
+  start=$SECONDS
   DYT_SKIP_BENCH=1 timeout "${DYT_MATRIX_S:-300}" bash ci/entry.sh -q --durations=20 >reports/entry.log 2>&1
   echo "matrix (ci/entry.sh) rc=$? in $((SECONDS - start)) s"
   grep -E "passed|failed" reports/entry.log | tail -n 2
   grep -E "^FAILED" reports/entry.log | head -n 20
-}
-
-# DYT_MATRIX_GPUS=1 (say) runs the matrix on those GPUs while the bench runs on GPU 0; by default the
-# matrix takes every GPU first and the bench follows.
-if [ "${DYT_SKIP_MATRIX:-0}" = 1 ]; then
-  echo "matrix skipped (DYT_SKIP_MATRIX=1)"
-elif [ -n "${DYT_MATRIX_GPUS:-}" ]; then
-  CUDA_VISIBLE_DEVICES="$DYT_MATRIX_GPUS" matrix >reports/matrix.out 2>&1 &
-else
-  matrix
 fi
 
-default_bench="--providers dyt,eager,liger --shapes bandwidth,small,model,mixed --dtypes bf16,fp32 --modes fwd,bwd"
-read -r -a bench_args <<<"${DYT_BENCH_ARGS:-$default_bench}"
-start=$SECONDS
-CUDA_VISIBLE_DEVICES=0 timeout "${DYT_BENCH_S:-330}" python3 -m dyt bench "${bench_args[@]}" >reports/bench.log 2>&1
-echo "bench rc=$? in $((SECONDS - start)) s"
-tr '\r' '\n' <reports/bench.log | grep -v '^bench:' | tail -n 3
-wait
-[ -f reports/matrix.out ] && cat reports/matrix.out
+if has_step bench; then
+  default_bench="--providers dyt,eager,compile,liger --shapes bandwidth,small,model,mixed --dtypes bf16,fp32 --modes fwd,bwd"
+  read -r -a bench_args <<<"${DYT_BENCH_ARGS:-$default_bench}"
+  gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
+  baseline="$(python3 -c 'import sys; from dyt.service.records import baseline_path; print(baseline_path(sys.argv[1], sys.argv[2]))' reports/baselines "$gpu")"
+  [ -f "$baseline" ] && bench_args+=(--compare "$baseline")
+  start=$SECONDS
+  timeout "${DYT_BENCH_S:-330}" python3 -m dyt bench "${bench_args[@]}" >reports/bench.log 2>&1
+  echo "bench rc=$? in $((SECONDS - start)) s: python -m dyt bench ${bench_args[*]}"
+  tr '\r' '\n' <reports/bench.log | grep -v '^bench:' | grep -v "^REGRESSION" | tail -n 4
+  grep -E "^(REGRESSION|FAIL|OK)" reports/bench.log | head -n 20
+fi
+
+if has_step models; then
+  read -r -a model_args <<<"${DYT_MODELS_ARGS:-}"
+  start=$SECONDS
+  timeout "${DYT_MODELS_S:-450}" python3 -m dyt bench --suite models "${model_args[@]}" >reports/models.log 2>&1
+  echo "models rc=$? in $((SECONDS - start)) s: python -m dyt bench --suite models ${model_args[*]}"
+  tr '\r' '\n' <reports/models.log | grep -vE '^(bench|models):' | tail -n 40
+fi
 
 python3 -m dyt report --reports reports >reports/report.log 2>&1
 echo "report rc=$?"

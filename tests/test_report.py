@@ -452,3 +452,26 @@ def test_bench_without_cuda_exits_2():
     proc = _cli("bench", "--quick", "--shapes", "64x32", "--providers", "eager")
     assert proc.returncode == 2
     assert "no CUDA device" in proc.stderr
+
+
+def test_a_bench_in_parts_appends_its_rows(tmp_path):
+    """--append: a second run of other cases keeps the first run's rows, replaces rows of the same key, and
+    lists both runs' ceilings; without it, the file holds the latest run alone."""
+    perf = json.loads(PERF.read_text())
+    rows = perf["records"]
+    first_keys = {(r["provider"], *records.record_key(r)) for r in rows[:4]}
+    later = [r for r in rows[4:] if (r["provider"], *records.record_key(r)) not in first_keys]
+    assert later, "the fixture needs rows beyond the first four"
+    path = tmp_path / "nvidia-h200-abc1234.json"
+    bench.write_perf(path, {"env": perf["env"], "ceiling_gbps": 4100.0, "records": rows[:4]})
+    replaced = {**rows[0], "median_ms": 123.0}
+    part = {"env": perf["env"], "ceiling_gbps": 4200.0, "records": [replaced, *later]}
+    data = bench.write_perf(path, part, append=True)
+    assert json.loads(path.read_text()) == json.loads(json.dumps(data))
+    assert len(data["records"]) == 4 + len(later)
+    assert [r["median_ms"] for r in data["records"] if r is not None and r == replaced] == [123.0]
+    assert rows[0] not in data["records"] and rows[1] in data["records"]
+    assert [run["ceiling_gbps"] for run in data["runs"]] == [4100.0, 4200.0]
+    assert [run["records"] for run in data["runs"]] == [4, 1 + len(later)]
+    alone = bench.write_perf(path, part)
+    assert alone["records"] == part["records"] and "runs" not in alone

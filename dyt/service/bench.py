@@ -543,6 +543,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--modes", default=",".join(DEFAULT_MODES), help="comma list of " + ",".join(MODES))
     parser.add_argument("--out", default="reports/perf", help="output folder (default reports/perf)")
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the commit's perf file's rows of other cases (a bench in parts)",
+    )
     parser.add_argument("--quick", action="store_true", help="few repetitions: a smoke test, not numbers")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument(
@@ -629,9 +634,7 @@ def main(args: argparse.Namespace) -> int:
     if stopped:
         report["incomplete"] = {"records": len(records), "of": total, "stopped_by": stopped[0]}
     path = perf_path(Path(args.out), env)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    report.update(_model_part(path))
-    path.write_text(json.dumps(json_safe(report), indent=1) + "\n")
+    report = write_perf(path, report, append=getattr(args, "append", False))
     failed = sum(1 for r in records if r["error"])
     print(f"wrote {path} ({len(records)} records, {failed} with errors)")
     if stopped:
@@ -644,13 +647,37 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_part(path: Path) -> dict:
-    """The model benchmark's keys of an existing perf file of the same commit, kept beside new kernel rows."""
+def _run_summary(report: dict) -> dict:
+    """What one run of the kernel bench measured its ratios against: its ceiling, selection and time."""
+    return {"ceiling_gbps": report.get("ceiling_gbps"), "config": report.get("config"),
+            "timestamp_utc": (report.get("env") or {}).get("timestamp_utc"),
+            "records": len(report.get("records") or [])}  # fmt: skip
+
+
+def write_perf(path: Path, report: dict, append: bool = False) -> dict:
+    """Writes a kernel-bench run to path and returns what was written. The model benchmark's keys of an
+    existing file of the same commit are kept. With append, so are its kernel records of other cases (a
+    record of the same provider, shape, dtypes and mode is replaced): each record carries the ratio to its
+    own run's ceiling, and `runs` lists every run's ceiling and selection, so one file can hold a bench
+    measured in parts."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         old = json.loads(path.read_text()) if path.exists() else {}
     except (OSError, ValueError):
-        return {}
-    return {k: v for k, v in old.items() if k.startswith("model_")} if isinstance(old, dict) else {}
+        old = {}
+    old = old if isinstance(old, dict) else {}
+    report = {**report, **{k: v for k, v in old.items() if k.startswith("model_")}}
+    if append and isinstance(old.get("records"), list):
+        new_keys = {(r["provider"], *record_key(r)) for r in report["records"]}
+        kept = [r for r in old["records"] if (r.get("provider"), *record_key(r)) not in new_keys]
+        report["runs"] = old.get("runs") or [_run_summary(old)]
+        report["records"] = kept + report["records"]
+        report["runs"] = [
+            *report["runs"],
+            _run_summary({**report, "records": report["records"][len(kept) :]}),
+        ]
+    path.write_text(json.dumps(json_safe(report), indent=1) + "\n")
+    return report
 
 
 STOPPED = 3  # the exit status of a bench stopped early (its rows so far written, no gate)
