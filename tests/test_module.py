@@ -289,8 +289,9 @@ def test_widths_that_are_ints_are_accepted():
         dyt.DyT(0)
 
 
-def test_compile_fullgraph_shows_dyts_message_for_bad_input():
-    compiled = torch.compile(dyt.DyT(8), fullgraph=True, backend="eager")
+@pytest.mark.parametrize("fullgraph", [True, False], ids=["fullgraph", "graph_breaks_allowed"])
+def test_compile_shows_dyts_message_for_bad_input(fullgraph):
+    compiled = torch.compile(dyt.DyT(8), fullgraph=fullgraph, backend="eager")
     with pytest.raises(
         Exception, match=r"dyt: gamma must have shape \(7,\) to match x's last dimension"
     ) as info:
