@@ -80,18 +80,18 @@ class DyT(nn.Module):
                     "(e.g. module.float() after module.double())"
                 )
         shape = tuple(x.shape)
-        if self.channels_last:
-            layout, dims_ok, channels = "x of shape (..., C)", x.dim() >= 1, shape[-1:]
-        else:
-            layout, dims_ok, channels = "x of shape (N, C, ...) with C at dim 1", x.dim() >= 2, shape[1:2]
-        if not dims_ok:
-            return f"{head}: expects {layout}, got shape {shape}"
         n = self.weight.shape[0] if self.weight.dim() == 1 else self.num_features
-        if channels[0] != n:
-            where = "last dimension" if self.channels_last else "dim 1 (channels_last=False)"
+        params = "weight" if self.bias is None else "weight and bias"
+        if self.channels_last:
+            layout, where, dims_ok = f"(..., {n})", "along the last dimension", x.dim() >= 1
+            channels = shape[-1] if dims_ok else None
+        else:
+            layout, where, dims_ok = f"(N, {n}, ...)", "along dim 1, not the last", x.dim() >= 2
+            channels = shape[1] if dims_ok else None
+        if channels != n:
             return (
-                f"{head}: expects {layout} with C = num_features = {n} (weight and bias have shape ({n},)); "
-                f"x's {where} is {channels[0]} (x has shape {shape})"
+                f"{head}: x must have shape {layout}: C = num_features = {n} (the size of {params}) {where}; "
+                f"got x of shape {shape}"
             )
         if any(p is not None and p.device != x.device for p in (self.alpha, self.weight, self.bias)):
             return (
@@ -144,9 +144,10 @@ def _layout(m: nn.LayerNorm, name: str, layouts: Mapping) -> str:
     if known is not None:
         return known
     raise TypeError(
-        f"convert_layernorm: cannot tell which dimension {name or 'the model'} ({_qualname(cls)}, a subclass "
-        f"of nn.LayerNorm) normalizes; pass layouts={{{cls.__name__}: 'channels_last'}} (normalizes the "
-        "last dimension), 'channels_first' (dim 1, as (N, C, H, W)) or 'keep' (leave it as it is)"
+        f"convert_layernorm: cannot tell which dimension the module {name or '(the model itself)'} "
+        f"({_qualname(cls)}, a subclass of nn.LayerNorm) normalizes; pass "
+        f"layouts={{{cls.__name__}: 'channels_last'}} (normalizes the last dimension), 'channels_first' "
+        "(dim 1, as (N, C, H, W)) or 'keep' (leave it as it is)"
     )
 
 

@@ -160,7 +160,9 @@ def test_unknown_layernorm_subclass_is_reported_not_guessed():
             return 2 * super().forward(x)
 
     model = nn.Sequential(nn.Sequential(nn.Linear(8, 8), ScaledNorm(8)))
-    with pytest.raises(TypeError, match=r"0\.1 \(.*ScaledNorm, a subclass of nn.LayerNorm\).*layouts="):
+    with pytest.raises(
+        TypeError, match=r"the module 0\.1 \(.*ScaledNorm, a subclass of nn.LayerNorm\).*layouts="
+    ):
         dyt.convert_layernorm(model)
     assert isinstance(model[0][1], ScaledNorm)
     with pytest.warns(UserWarning, match="no norm converted"):
@@ -255,15 +257,16 @@ def test_converted_encoder_layer_runs_dyt_math_in_inference_mode(norm_first, see
 
 
 def test_module_errors_name_the_modules_parameters():
-    expected = (
-        r"num_features = 8 \(weight and bias have shape \(8,\)\); x's last dimension is 7 \(x has shape"
-    )
-    with pytest.raises(ValueError, match=expected) as info:
+    expected = r"x must have shape \(\.\.\., 8\): C = num_features = 8 \(the size of weight and bias\) "
+    with pytest.raises(
+        ValueError, match=expected + r"along the last dimension; got x of shape \(4, 7\)"
+    ) as info:
         dyt.DyT(8)(torch.randn(4, 7))
     assert "gamma" not in str(info.value) and str(info.value).startswith("DyT(8,")
-    with pytest.raises(ValueError, match=r"with C at dim 1.*x's dim 1 \(channels_last=False\) is 7"):
-        dyt.DyT(8, channels_last=False)(torch.randn(2, 7, 3, 8))
-    with pytest.raises(ValueError, match=r"expects x of shape \(N, C, \.\.\.\)"):
+    expected = r"\(N, 8, \.\.\.\): .*\(the size of weight\) along dim 1, not the last; got x of shape \(2, 7"
+    with pytest.raises(ValueError, match=expected):
+        dyt.DyT(8, bias=False, channels_last=False)(torch.randn(2, 7, 3, 8))
+    with pytest.raises(ValueError, match=r"x must have shape \(N, 8, \.\.\.\).*got x of shape \(8,\)"):
         dyt.DyT(8, channels_last=False)(torch.randn(8))
     with pytest.raises(TypeError, match=r"parameter alpha has dtype torch.float64"):
         dyt.DyT(8).double()(torch.randn(2, 8))
