@@ -60,13 +60,23 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 def _reachable(url: str, timeout_s: float = 3.0) -> bool:
+    """Whether url answers 2xx/3xx within timeout_s, name lookup included (in a thread it may outlive)."""
+    import threading
     import urllib.request
 
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout_s):
-            return True
-    except (OSError, ValueError):  # HTTPError included: an index that refuses is no index to use
-        return False
+    answered: list[bool] = []
+
+    def probe() -> None:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s):  # the status line is enough: no body read
+                answered.append(True)
+        except (OSError, ValueError):  # HTTPError included: an index that refuses is no index to use
+            pass
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return bool(answered)
 
 
 _TORCH_INDEX: list[str | None] = []

@@ -131,7 +131,7 @@ class _Session:
 
 
 class _Index(http.server.BaseHTTPRequestHandler):
-    def do_HEAD(self):
+    def do_GET(self):
         self.send_response(200 if self.path == "/whl/cpu/torch/" else 404)
         self.end_headers()
 
