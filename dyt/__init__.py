@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["DyT", "convert_layernorm", "dyt"]
+__all__ = ["Converted", "DyT", "convert_layernorm", "convert_norms", "dyt"]
 __version__ = "0.1.0"
 
-_HOMES = {"dyt": "dyt.ops", "DyT": "dyt.module", "convert_layernorm": "dyt.module"}
+_HOMES = {"dyt": "dyt.ops", "DyT": "dyt.module", "convert_layernorm": "dyt.module",
+          "convert_norms": "dyt.module", "Converted": "dyt.module"}  # fmt: skip
 
 
 def __getattr__(name: str):

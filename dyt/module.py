@@ -1,11 +1,20 @@
-"""nn.Module wrapper and the LayerNorm -> DyT conversion helper of the DyT paper."""
+"""nn.Module wrapper and the norm -> DyT conversion helpers of the DyT paper's recipes."""
 
 from __future__ import annotations
+
+import logging
+import operator
+import warnings
+from collections.abc import Mapping
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from dyt.ops import dyt
+from dyt.ops import SUPPORTED_DTYPES, dyt
+
+_LOG = logging.getLogger("dyt")
+_DTYPE_NAMES = "float32, bfloat16 or float16"
 
 
 class DyT(nn.Module):
@@ -15,15 +24,29 @@ class DyT(nn.Module):
     ones, bias zeros), so its state dicts load unchanged. channels_last=False takes (N, C, H, W) and
     scales along dim 1 (ConvNeXt); such input is copied to channels-last order for the kernels unless it
     is already in torch.channels_last memory format, where the permuted view is free.
+
+    num_features must be an int; dtype (of the parameters) float32, bfloat16 or float16. The output has
+    x's dtype, also under autocast: autocast does not recast DyT's inputs or output, whereas nn.LayerNorm
+    (and the paper's eager module, by type promotion) return float32 there for float32 parameters.
     """
 
     def __init__(self, num_features: int, *, alpha_init: float = 0.5, bias: bool = True,
                  channels_last: bool = True, device=None, dtype=None):  # fmt: skip
         super().__init__()
-        if int(num_features) < 1:
-            raise ValueError(f"DyT: num_features must be a positive int, got {num_features!r}")
+        try:
+            if isinstance(num_features, bool):
+                raise TypeError
+            width = operator.index(num_features)
+        except TypeError:
+            raise TypeError(
+                f"DyT: num_features must be an int, got {type(num_features).__name__} {num_features!r}"
+            ) from None
+        if width < 1:
+            raise ValueError(f"DyT: num_features must be a positive int, got {width}")
+        if dtype is not None and dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"DyT: dtype must be {_DTYPE_NAMES}, got {dtype}")
         factory = {"device": device, "dtype": dtype}
-        self.num_features = int(num_features)
+        self.num_features = width
         self.alpha_init = float(alpha_init)
         self.channels_last = channels_last
         self.alpha = nn.Parameter(torch.full((1,), self.alpha_init, **factory))
@@ -31,33 +54,195 @@ class DyT(nn.Module):
         self.bias = nn.Parameter(torch.zeros(self.num_features, **factory)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            if self.channels_last:
+                return dyt(x, self.alpha, self.weight, self.bias)
+            if not isinstance(x, torch.Tensor) or x.dim() < 2:
+                raise ValueError("dyt: channels-first input must have at least two dimensions")
+            y = dyt(x.movedim(1, -1), self.alpha, self.weight, self.bias)
+            return y.movedim(-1, 1)
+        except (ValueError, TypeError) as err:
+            if not str(err).startswith("dyt:"):
+                raise
+            raise type(err)(self._explain(x, err)) from err
+
+    def _explain(self, x, err: Exception) -> str:
+        """dyt's complaint in the module's terms: weight and bias, num_features, the channel dimension."""
+        head = f"{self!r}"
+        if not isinstance(x, torch.Tensor):
+            return f"{head}: input must be a torch.Tensor, got {type(x).__name__}"
+        if x.dtype not in SUPPORTED_DTYPES:
+            return f"{head}: input must be a floating tensor of dtype {_DTYPE_NAMES}, got {x.dtype}"
+        for name, p in (("alpha", self.alpha), ("weight", self.weight), ("bias", self.bias)):
+            if p is not None and p.dtype not in SUPPORTED_DTYPES:
+                return (
+                    f"{head}: parameter {name} has dtype {p.dtype}; DyT's parameters must be {_DTYPE_NAMES} "
+                    "(e.g. module.float() after module.double())"
+                )
+        shape = tuple(x.shape)
+        n = self.weight.shape[0] if self.weight.dim() == 1 else self.num_features
+        params = "weight" if self.bias is None else "weight and bias"
         if self.channels_last:
-            return dyt(x, self.alpha, self.weight, self.bias)
-        if x.dim() < 2:
-            raise ValueError(
-                f"DyT(channels_last=False) expects (N, C, ...) input, got shape {tuple(x.shape)}"
+            layout, where, dims_ok = f"(..., {n})", "along the last dimension", x.dim() >= 1
+            channels = shape[-1] if dims_ok else None
+        else:
+            layout, where, dims_ok = f"(N, {n}, ...)", "along dim 1, not the last", x.dim() >= 2
+            channels = shape[1] if dims_ok else None
+        if channels != n:
+            return (
+                f"{head}: x must have shape {layout}: C = num_features = {n} (the size of {params}) {where}; "
+                f"got x of shape {shape}"
             )
-        y = dyt(x.movedim(1, -1), self.alpha, self.weight, self.bias)
-        return y.movedim(-1, 1)
+        if any(p is not None and p.device != x.device for p in (self.alpha, self.weight, self.bias)):
+            return (
+                f"{head}: input is on {x.device} but the module's parameters are on {self.weight.device}: "
+                "move the module (module.to(x.device)) or the input"
+            )
+        detail = str(err).removeprefix("dyt:").strip().replace("gamma", "weight").replace("beta", "bias")
+        return f"{head}: {detail}"
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, alpha_init={self.alpha_init}, bias={self.bias is not None}, "
                 f"channels_last={self.channels_last}")  # fmt: skip
 
 
-def convert_layernorm(module: nn.Module, alpha_init: float = 0.5) -> nn.Module:
-    """Replaces every nn.LayerNorm in module (itself included) by a DyT of the same width; returns it.
+class Converted(NamedTuple):
+    """One module replaced by convert_norms: its qualified name in the model ("" for the model itself),
+    the class it had (module.qualname), and the DyT that took its place."""
 
-    The new DyT keeps the LayerNorm's device and dtype, and has a bias exactly when the LayerNorm had one.
+    name: str
+    source: str
+    dyt: DyT
+
+
+LAYOUTS = ("channels_last", "channels_first", "keep")
+# nn.LayerNorm subclasses whose layout is known, by (top-level package, class name): they need no import.
+_KNOWN_SUBCLASSES = {("timm", "LayerNorm"): "channels_last", ("timm", "LayerNorm2d"): "channels_first"}
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _is_rmsnorm(m: nn.Module) -> bool:
+    """nn.RMSNorm, and RMSNorm modules of other libraries (Hugging Face's LlamaRMSNorm and its kind): a
+    class whose name ends in RMSNorm, with a one-dimensional weight."""
+    if isinstance(m, getattr(nn, "RMSNorm", ())):
+        return True
+    weight = getattr(m, "weight", None)
+    return type(m).__name__.endswith("RMSNorm") and isinstance(weight, torch.Tensor) and weight.dim() == 1
+
+
+def _layout(m: nn.LayerNorm, name: str, layouts: Mapping) -> str:
+    cls = type(m)
+    for klass in cls.__mro__:
+        if klass in layouts:
+            return layouts[klass]
+    if cls is nn.LayerNorm:
+        return "channels_last"
+    known = _KNOWN_SUBCLASSES.get((cls.__module__.partition(".")[0], cls.__name__))
+    if known is not None:
+        return known
+    raise TypeError(
+        f"convert_layernorm: cannot tell which dimension the module {name or '(the model itself)'} "
+        f"({_qualname(cls)}, a subclass of nn.LayerNorm) normalizes; pass "
+        f"layouts={{{cls.__name__}: 'channels_last'}} (normalizes the last dimension), 'channels_first' "
+        "(dim 1, as (N, C, H, W)) or 'keep' (leave it as it is)"
+    )
+
+
+def _width(m: nn.Module, name: str) -> int:
+    shape = getattr(m, "normalized_shape", None)
+    if shape is None:
+        shape = tuple(m.weight.shape)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if len(shape) != 1:
+        raise ValueError(
+            f"convert_layernorm: only a 1-D normalized_shape converts, got {shape} at {name or 'the model'} "
+            f"({_qualname(type(m))})"
+        )
+    return shape[0]
+
+
+def _factory(m: nn.Module) -> dict:
+    ref = next((t for t in (getattr(m, "weight", None), getattr(m, "bias", None)) if t is not None), None)
+    return {"device": ref.device, "dtype": ref.dtype} if isinstance(ref, torch.Tensor) else {}
+
+
+def convert_norms(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | None = None,
+                  rmsnorm: bool = False, layouts: Mapping[type, str] | None = None,
+                  ) -> tuple[nn.Module, list[Converted]]:  # fmt: skip
+    """Replaces the norms of module (itself included) by fresh DyT modules; returns (module, converted).
+
+    - nn.LayerNorm becomes DyT(C); timm's LayerNorm2d (channels-first, recognized by its class name and
+      package, timm need not be imported) becomes DyT(C, channels_last=False). Any other subclass of
+      nn.LayerNorm is not guessed: a TypeError names it and says what to pass in layouts, which maps a
+      class (subclasses included) to "channels_last", "channels_first" or "keep".
+    - bias: None (the default) gives the DyT a bias exactly when the LayerNorm has one, so a model
+      whose norms have no bias keeps the parameters its author chose; True gives every DyT a bias, as
+      the paper's convert_ln_to_dyt does (its DynamicTanh always has alpha, weight and bias), so that a
+      checkpoint of a model converted by the paper's code loads strictly; False gives none a bias.
+    - rmsnorm=True also converts nn.RMSNorm and RMSNorm modules of other libraries (a class whose name
+      ends in RMSNorm with a (C,) weight, such as Hugging Face's LlamaRMSNorm) into DyT(C, bias=False),
+      the paper's LLaMA recipe; they are left as they are by default.
+    - Each DyT keeps the norm's device and dtype (float32 where the norm has no parameters). A converted
+      nn.TransformerEncoderLayer has PyTorch's fused inference path turned off (it runs LayerNorm math
+      and reads norm.eps): in eval and under torch.inference_mode it runs its modules, DyT among them;
+      a converted nn.TransformerEncoder likewise stops packing inputs into nested tensors.
     """
-    if isinstance(module, nn.LayerNorm):
-        shape = module.normalized_shape
-        if len(shape) != 1:
-            raise ValueError(f"convert_layernorm: only 1-D normalized_shape converts, got {tuple(shape)}")
-        ref = module.weight if module.weight is not None else None
-        factory = {"device": ref.device, "dtype": ref.dtype} if ref is not None else {}
-        has_bias = getattr(module, "bias", None) is not None
-        return DyT(shape[0], alpha_init=alpha_init, bias=has_bias, **factory)
-    for name, child in module.named_children():
-        setattr(module, name, convert_layernorm(child, alpha_init))
+    layouts = dict(layouts or {})
+    for cls, layout in layouts.items():
+        if layout not in LAYOUTS:
+            raise ValueError(f"convert_norms: layouts[{cls!r}] must be one of {LAYOUTS}, got {layout!r}")
+    converted: list[Converted] = []
+    module = _convert(module, "", alpha_init, bias, rmsnorm, layouts, converted)
+    return module, converted
+
+
+def _convert(m, name, alpha_init, bias, rmsnorm, layouts, converted):
+    new = None
+    if isinstance(m, nn.LayerNorm):
+        layout = _layout(m, name, layouts)
+        if layout != "keep":
+            has_bias = getattr(m, "bias", None) is not None if bias is None else bias
+            new = DyT(_width(m, name), alpha_init=alpha_init, bias=has_bias,
+                      channels_last=layout == "channels_last", **_factory(m))  # fmt: skip
+    elif rmsnorm and _is_rmsnorm(m):
+        new = DyT(_width(m, name), alpha_init=alpha_init, bias=False, **_factory(m))
+    if new is not None:
+        converted.append(Converted(name, _qualname(type(m)), new))
+        return new
+    before = len(converted)
+    for child_name, child in m.named_children():
+        full = f"{name}.{child_name}" if name else child_name
+        setattr(m, child_name, _convert(child, full, alpha_init, bias, rmsnorm, layouts, converted))
+    if len(converted) > before:
+        if isinstance(m, nn.TransformerEncoderLayer) and (
+            isinstance(m.norm1, DyT) or isinstance(m.norm2, DyT)
+        ):
+            m.activation_relu_or_gelu = 0  # the first of the fused path's conditions that fails
+        if isinstance(m, nn.TransformerEncoder):
+            m.use_nested_tensor = False
+    return m
+
+
+def convert_layernorm(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | None = None,
+                      rmsnorm: bool = False, layouts: Mapping[type, str] | None = None,
+                      ) -> nn.Module:  # fmt: skip
+    """convert_norms (see there for the arguments) that returns the module and says what it converted.
+
+    The count per source class goes to the "dyt" logger (INFO); a model in which nothing converts gets
+    a UserWarning (naming any RMSNorm modules left, which rmsnorm=True converts) instead of passing
+    through unchanged without a word. convert_norms returns the list itself.
+    """
+    module, converted = convert_norms(module, alpha_init, bias=bias, rmsnorm=rmsnorm, layouts=layouts)
+    if converted:
+        counts: dict[str, int] = {}
+        for c in converted:
+            counts[c.source] = counts.get(c.source, 0) + 1
+        _LOG.info("convert_layernorm: %s", ", ".join(f"{n} {src} -> DyT" for src, n in counts.items()))
+        return module
+    rms = sum(1 for m in module.modules() if _is_rmsnorm(m))
+    hint = f"; {rms} RMSNorm module(s) left as they are (rmsnorm=True converts them)" if rms else ""
+    warnings.warn(f"convert_layernorm: no norm converted in {type(module).__name__}{hint}", stacklevel=2)
     return module

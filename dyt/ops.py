@@ -32,7 +32,8 @@ _NAMES = ("x", "alpha", "gamma", "beta")
 
 def validate(x, alpha, gamma, beta) -> None:
     """Clear ValueError/TypeError naming what was expected and what came. Every call pays for these checks,
-    so they are plain comparisons and the messages are built only on failure."""
+    so they are plain comparisons and the messages are built only on failure. Under torch.compile the op's
+    fake implementation runs them while tracing (see dyt())."""
     tensors = (x, alpha, gamma) if beta is None else (x, alpha, gamma, beta)
     for t in tensors:
         if not isinstance(t, torch.Tensor) or t.dtype not in SUPPORTED_DTYPES:
@@ -129,6 +130,7 @@ def _forward_op(
 
 @_forward_op.register_fake
 def _(x, alpha, gamma, beta):
+    validate(x, alpha, gamma, beta)
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
@@ -203,10 +205,15 @@ def dyt(
     x: (..., C) float32/bfloat16/float16, any strides. alpha: one element. gamma, beta: (C,); beta may be
     None (LLaMA-style DyT). Parameters may be float32 while x is 16-bit (mixed precision). Under
     torch.compile this is the custom op torch.ops.dyt.forward; eagerly, the same kernels with less dispatch.
+    y has x's dtype, also under autocast (which does not recast dyt's inputs or output; nn.LayerNorm and
+    the eager expression with float32 parameters return float32 there).
     """
-    validate(x, alpha, gamma, beta)
     if torch.compiler.is_compiling():
+        # Checked by the op's fake implementation while tracing: an error raised in traced code reaches
+        # the user as Dynamo's "Observed exception" with the message hidden in its debug context, whereas
+        # one raised in a fake implementation is quoted in the explanation Dynamo shows.
         return torch.ops.dyt.forward(x, alpha, gamma, beta)
+    validate(x, alpha, gamma, beta)
     if _records_grad(x, alpha, gamma, beta):
         return _EagerDyT.apply(x, alpha, gamma, beta)
     return forward_impl(x, alpha, gamma, beta)

@@ -357,6 +357,12 @@ def control_tests() -> tuple[str, ...]:
 
 def main() -> int:
     """Every mutant against its suite, then the control (the same selections on the real code)."""
+    try:
+        import pytest  # noqa: F401  (each mutant's suite runs in a child pytest of this Python)
+    except ImportError:
+        print(f"mutants: pytest is missing from {sys.executable}; install the test extra: "
+              "pip install -e '.[test]'", file=sys.stderr)  # fmt: skip
+        return 2
     rows = []
     for m in MUTANTS.values():
         out = run_child(m.tests, m.name)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import json
 import os
 import pathlib
 import re
@@ -22,6 +24,11 @@ triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from dyt import direct_launch, kernels, planner  # noqa: E402
+from dyt.planner import LANE_RUN_TILES, TANH_METHODS  # noqa: E402
+
+from helpers import SM90  # noqa: E402
+
 pytestmark = pytest.mark.kernels_build
 
 ATOMIC = re.compile(r"\s(atom|red)(\.\w+)*\.(global|shared)")
@@ -31,39 +38,95 @@ ALIGNED = [["tt.divisibility", 16]]
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
+# Triton decorates even its own library as interpreted once TRITON_INTERPRET=1 is read, so in an
+# interpreter process the compile checks run in one child pytest with the interpreter off, and each test
+# here reports the outcome its twin had there (passed, failed with the child's message, or skipped).
+_RECORDER = """
+import json, os
+_outcomes = {}
+def pytest_runtest_logreport(report):
+    entry = _outcomes.setdefault(report.nodeid.split("::", 1)[1], {"outcome": "passed", "message": ""})
+    if report.failed or (report.skipped and entry["outcome"] == "passed"):
+        entry["outcome"] = "failed" if report.failed else "skipped"
+        skip = report.skipped and isinstance(report.longrepr, tuple)
+        text = report.longrepr[2] if skip else report.longreprtext
+        entry["message"] = f"{entry['message']}\\n[{report.when}] {text}".strip()
+def pytest_sessionfinish(session, exitstatus):
+    with open(os.environ["DYT_COMPILE_OUTCOMES"], "w") as f:
+        json.dump(_outcomes, f)
+"""
 
-def test_compile_checks_in_a_compiler_process(tmp_path):
-    """Triton decorates even its own library as interpreted once TRITON_INTERPRET=1 is read, so in an
-    interpreter process the checks below run in a child process with the interpreter off."""
-    if not INTERPRETED:
-        pytest.skip("the compile checks run directly in this process (interpreter off)")
+
+def _run_compiler_child(folder: pathlib.Path) -> dict:
+    """Runs this file's compile checks in a child pytest (interpreter off); {test name: outcome}."""
     root = pathlib.Path(__file__).parents[1]
-    env = {**os.environ, "TRITON_INTERPRET": "0", "DYT_REPORTS": str(tmp_path),
-           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        __file__,
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-o",
-        "addopts=",
-        "-p",
-        "no:xdist",
-    ]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=root)
-    assert out.returncode == 0 and " passed" in out.stdout, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "skipped" not in out.stdout.splitlines()[-1] or "1 skipped" in out.stdout.splitlines()[-1]
+    (folder / "dyt_compile_recorder.py").write_text(_RECORDER)
+    outcomes_file = folder / "outcomes.json"
+    path = os.pathsep.join([str(root), str(folder), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "TRITON_INTERPRET": "0", "DYT_REPORTS": str(folder / "reports"),
+           "DYT_COMPILE_OUTCOMES": str(outcomes_file), "PYTHONPATH": path}  # fmt: skip
+    cmd = [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+           "-p", "no:xdist", "-p", "dyt_compile_recorder"]  # fmt: skip
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=root)
+    outcomes = json.loads(outcomes_file.read_text()) if outcomes_file.exists() else {}
+    return {
+        "outcomes": outcomes,
+        "returncode": out.returncode,
+        "tail": out.stdout[-3000:] + out.stderr[-2000:],
+    }
 
 
-from dyt import direct_launch, kernels, planner  # noqa: E402
-from dyt.planner import LANE_RUN_TILES, TANH_METHODS  # noqa: E402
+@pytest.fixture(scope="session")
+def compiler_child(tmp_path_factory, request) -> dict:
+    """The child's outcomes, computed once per run: under xdist the first worker to need them runs the
+    child and the others read its result (behind a lock in the run's shared temporary folder)."""
+    import filelock  # a dependency of torch
 
-from helpers import SM90  # noqa: E402
+    shared = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):
+        shared = shared.parent
+    folder = shared / "kernels_build_child"
+    folder.mkdir(exist_ok=True)
+    result = folder / "result.json"
+    with filelock.FileLock(str(folder / "lock")):
+        if not result.exists():
+            result.write_text(json.dumps(_run_compiler_child(folder)))
+    return json.loads(result.read_text())
 
-needs_compiler = pytest.mark.skipif(INTERPRETED, reason="runs in the child process of the test above")
+
+_REPLAY: dict = {}
+
+
+@pytest.fixture(autouse=True)
+def _replay_context(request):
+    if INTERPRETED and getattr(request.function, "compiled_in_child", False):
+        _REPLAY.update(
+            name=request.node.nodeid.split("::", 1)[1], child=request.getfixturevalue("compiler_child")
+        )
+    yield
+    _REPLAY.clear()
+
+
+def compiled_in_child(test):
+    """Runs the test where Triton compiles for sm_90; in an interpreter process, reports the outcome its
+    twin had in the compiler child (the compiler_child fixture) instead."""
+
+    @functools.wraps(test)
+    def replay_or_run(*args, **kwargs):
+        if not INTERPRETED:
+            return test(*args, **kwargs)
+        name, child = _REPLAY["name"], _REPLAY["child"]
+        entry = child["outcomes"].get(name)
+        if entry is None:
+            why = f"the compiler child did not run {name} (exit {child['returncode']}):\n{child['tail']}"
+            pytest.fail(why, pytrace=False)
+        if entry["outcome"] == "failed":
+            pytest.fail(f"in the compiler child (TRITON_INTERPRET=0):\n{entry['message']}", pytrace=False)
+        if entry["outcome"] == "skipped":
+            pytest.skip(f"in the compiler child: {entry['message']}")
+
+    replay_or_run.compiled_in_child = True
+    return replay_or_run
 
 
 def _compile(fn, signature, constexprs, aligned, num_warps=4):
@@ -117,7 +180,7 @@ def compile_backward(dt="bf16", num_warps=4, **constexprs):
                     aligned=BWD_ALIGNED, num_warps=num_warps)  # fmt: skip
 
 
-@needs_compiler
+@compiled_in_child
 @pytest.mark.parametrize("int64", [False, True])
 @pytest.mark.parametrize(
     ("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 1, 2048), ("fp16", 64, 64)]
@@ -137,7 +200,7 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period
     assert ptx.count("griddepcontrol.launch_dependents") == 1, "the next kernel's early launch is not allowed"
 
 
-@needs_compiler
+@compiled_in_child
 def test_the_short_polynomial_saves_two_fma_per_element():
     """POLY_TERMS=3 (a table entry's "poly") takes two coefficients, so two FMA per element, out of the
     forward: 32 elements per thread at 4 x 1024 on 4 warps."""
@@ -146,7 +209,7 @@ def test_the_short_polynomial_saves_two_fma_per_element():
     assert fma[0] - fma[1] == 2 * 32, fma
 
 
-@needs_compiler
+@compiled_in_child
 @pytest.mark.parametrize("n_col_blocks", [1, 3, 4, 16])
 def test_forward_splits_its_program_id_without_a_runtime_division(n_col_blocks):
     """The column-block count is a compile-time constant: no runtime division splits the program id
@@ -167,14 +230,14 @@ def assert_waits_before_memory(ptx: str) -> None:
     )
 
 
-@needs_compiler
+@compiled_in_child
 @pytest.mark.parametrize("tanh", [TANH_METHODS["libdevice"], TANH_METHODS["hw_approx"]])
 def test_gpu_only_tanh_methods_compile_in_the_backward(tanh):
     c = compile_backward(TANH=tanh, num_warps=8)
     assert ("tanh.approx.f32" in c.asm["ptx"]) == (tanh == TANH_METHODS["hw_approx"])
 
 
-@needs_compiler
+@compiled_in_child
 @pytest.mark.parametrize("tanh", [TANH_METHODS["libdevice"], TANH_METHODS["hw_approx"]])
 def test_gpu_only_tanh_methods_compile(tanh):
     c = compile_forward(HAS_BETA=False, BLOCK_M=8, BLOCK_N=512, TANH=tanh)
@@ -184,7 +247,7 @@ def test_gpu_only_tanh_methods_compile(tanh):
 CP_ASYNC_16B = re.compile(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 0x10")
 
 
-@needs_compiler
+@compiled_in_child
 @pytest.mark.parametrize(("dt", "block_m", "block_n"), [("bf16", 16, 256), ("fp32", 4, 1024)])
 @pytest.mark.parametrize("strided", [False, True], ids=["chunked", "strided"])
 @pytest.mark.parametrize("stages", [1, 3], ids=["unpipelined", "pipelined"])
@@ -208,14 +271,14 @@ def test_backward_and_finish_compile(dt, block_m, block_n, strided, stages, peri
     assert ptx.count("griddepcontrol.launch_dependents") == 1, "the finish's early launch is not allowed"
 
 
-@needs_compiler
+@compiled_in_child
 @pytest.mark.parametrize("compile_kernel", [compile_forward, compile_backward], ids=["forward", "backward"])
 def test_without_pdl_no_grid_dependency_control(compile_kernel):
     """PDL=False (the interpreter's plans, GPUs before sm_90): no griddepcontrol, which needs sm_90."""
     assert "griddepcontrol" not in compile_kernel(PDL=False).asm["ptx"]
 
 
-@needs_compiler
+@compiled_in_child
 @pytest.mark.parametrize("width", [64, 1024, 16384])
 @pytest.mark.parametrize("pdl", [True, False], ids=["pdl", "no_pdl"])
 def test_finish_compiles_for_its_planned_tiles(width, pdl):

@@ -3,12 +3,15 @@ torch.compile(fullgraph=True) of a small model, and CUDA graph capture and repla
 
 from __future__ import annotations
 
+import copy
+import logging
 import os
 import pathlib
 import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -40,10 +43,10 @@ class PaperDynamicTanh(nn.Module):
 def test_parameters_and_defaults():
     m = dyt.DyT(48)
     assert [n for n, _ in m.named_parameters()] == ["alpha", "weight", "bias"]
-    assert m.alpha.shape == (1,) and float(m.alpha) == 0.5
+    assert m.alpha.shape == (1,) and float(m.alpha.detach()) == 0.5
     assert torch.equal(m.weight, torch.ones(48)) and torch.equal(m.bias, torch.zeros(48))
     assert dyt.DyT(48, bias=False).bias is None
-    assert float(dyt.DyT(8, alpha_init=2.0).alpha) == 2.0
+    assert float(dyt.DyT(8, alpha_init=2.0).alpha.detach()) == 2.0
 
 
 @pytest.mark.parametrize("channels_last", [True, False])
@@ -62,7 +65,7 @@ def test_paper_checkpoint_loads_and_matches(channels_last, seed):
     ref = paper.double()(x.double())
     got = ours(x)
     assert got.shape == x.shape
-    assert float((got.double() - ref).norm() / ref.norm()) < 1e-6
+    assert float(((got.double() - ref).norm() / ref.norm()).detach()) < 1e-6
 
 
 def test_channels_first_gradients(seed):
@@ -86,9 +89,228 @@ def test_convert_layernorm():
     assert out is model
     assert isinstance(model[1], dyt.DyT) and model[1].bias is not None and model[1].num_features == 32
     assert isinstance(model[3][0], dyt.DyT) and model[3][0].bias is None
-    assert float(model[1].alpha) == pytest.approx(0.7)
+    assert float(model[1].alpha.detach()) == pytest.approx(0.7)
     assert not any(isinstance(m, nn.LayerNorm) for m in model.modules())
     assert isinstance(dyt.convert_layernorm(nn.LayerNorm(8)), dyt.DyT)
+
+
+def paper_convert_ln_to_dyt(module):
+    """The paper's converter, as published: every nn.LayerNorm becomes a DynamicTanh (weight and bias)."""
+    module_output = module
+    if isinstance(module, nn.LayerNorm):
+        module_output = PaperDynamicTanh(module.normalized_shape, type(module).__name__ != "LayerNorm2d")
+    for name, child in module.named_children():
+        module_output.add_module(name, paper_convert_ln_to_dyt(child))
+    return module_output
+
+
+def _bias_free_model():
+    return nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32, bias=False), nn.GELU(),
+                         nn.LayerNorm(32, elementwise_affine=False), nn.Linear(32, 4))  # fmt: skip
+
+
+def test_convert_with_bias_true_loads_the_papers_checkpoints():
+    paper = paper_convert_ln_to_dyt(_bias_free_model())
+    state = paper.state_dict()
+    assert state["1.alpha"].shape == (1,) and state["1.weight"].shape == state["1.bias"].shape == (32,)
+    ours = dyt.convert_layernorm(_bias_free_model(), bias=True)
+    ours.load_state_dict(state, strict=True)
+    assert [n for n, _ in ours[3].named_parameters()] == ["alpha", "weight", "bias"]
+    # The default keeps each norm's own parameter set: a bias-free LayerNorm gives a bias-free DyT.
+    default = dyt.convert_layernorm(_bias_free_model())
+    assert default[1].bias is None and default[3].bias is None
+    missing = default.load_state_dict(state, strict=False).unexpected_keys
+    assert sorted(missing) == ["1.bias", "3.bias"]
+    assert dyt.convert_layernorm(nn.Sequential(nn.LayerNorm(8)), bias=False)[0].bias is None
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """timm's channels-first LayerNorm2d, as timm.layers.norm defines it (timm itself is not needed)."""
+
+    def forward(self, x):
+        x = x.permute(0, 2, 3, 1)
+        x = nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+LayerNorm2d.__module__ = "timm.layers.norm"
+
+
+def test_convert_channels_first_layernorm2d(seed):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3), LayerNorm2d(16), nn.Conv2d(16, 8, 1), LayerNorm2d(8))
+    paper = paper_convert_ln_to_dyt(copy.deepcopy(model))
+    with torch.no_grad():
+        for m in paper.modules():
+            if isinstance(m, PaperDynamicTanh):
+                m.alpha.fill_(0.8), m.weight.normal_(), m.bias.normal_()
+    model, converted = dyt.convert_norms(model)
+    assert [(c.name, c.source) for c in converted] == [("1", "timm.layers.norm.LayerNorm2d"),
+                                                       ("3", "timm.layers.norm.LayerNorm2d")]  # fmt: skip
+    assert isinstance(model[1], dyt.DyT) and not model[1].channels_last and model[1].num_features == 16
+    model.load_state_dict(paper.state_dict(), strict=True)
+    x = torch.randn(2, 3, 9, 11)
+    with torch.no_grad():
+        assert torch.allclose(model(x), paper(x), rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_layernorm_subclass_is_reported_not_guessed():
+    class ScaledNorm(nn.LayerNorm):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    model = nn.Sequential(nn.Sequential(nn.Linear(8, 8), ScaledNorm(8)))
+    with pytest.raises(
+        TypeError, match=r"the module 0\.1 \(.*ScaledNorm, a subclass of nn.LayerNorm\).*layouts="
+    ):
+        dyt.convert_layernorm(model)
+    assert isinstance(model[0][1], ScaledNorm)
+    with pytest.warns(UserWarning, match="no norm converted"):
+        dyt.convert_layernorm(model, layouts={ScaledNorm: "keep"})
+    assert isinstance(model[0][1], ScaledNorm)
+    dyt.convert_layernorm(model, layouts={nn.LayerNorm: "channels_first"})
+    assert isinstance(model[0][1], dyt.DyT) and not model[0][1].channels_last
+    with pytest.raises(ValueError, match="must be one of"):
+        dyt.convert_norms(model, layouts={ScaledNorm: "last"})
+
+
+class LlamaRMSNorm(nn.Module):
+    """Hugging Face's LlamaRMSNorm, as transformers defines it (transformers itself is not needed)."""
+
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        variance = hidden_states.float().pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states
+
+
+def _llama_like():
+    return nn.Sequential(nn.Linear(16, 24), LlamaRMSNorm(24), nn.Linear(24, 12), nn.RMSNorm(12))
+
+
+def test_rmsnorm_converts_on_request_to_dyt_without_bias(caplog):
+    with pytest.warns(UserWarning, match=r"no norm converted in Sequential; 2 RMSNorm .*rmsnorm=True"):
+        model = dyt.convert_layernorm(_llama_like())
+    assert isinstance(model[1], LlamaRMSNorm) and isinstance(model[3], nn.RMSNorm)
+    model, converted = dyt.convert_norms(_llama_like(), rmsnorm=True)
+    assert [(c.name, c.source.rsplit(".", 1)[-1]) for c in converted] == [("1", "LlamaRMSNorm"),
+                                                                          ("3", "RMSNorm")]  # fmt: skip
+    assert [c.dyt for c in converted] == [model[1], model[3]]
+    norm_keys = [k for k in model.state_dict() if k.startswith(("1.", "3."))]
+    assert norm_keys == ["1.alpha", "1.weight", "3.alpha", "3.weight"]
+    assert model[1].num_features == 24 and model[3].num_features == 12 and model[3].bias is None
+    with caplog.at_level(logging.INFO, logger="dyt"):
+        dyt.convert_layernorm(_llama_like(), rmsnorm=True)
+    assert f"1 {LlamaRMSNorm.__module__}.LlamaRMSNorm -> DyT" in caplog.text
+    assert "1 torch.nn.modules.normalization.RMSNorm -> DyT" in caplog.text
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
+def test_converted_encoder_layer_runs_dyt_math_in_inference_mode(norm_first, seed):
+    """PyTorch's fused encoder path (eval, no grad) runs LayerNorm math and reads norm.eps: a converted
+    layer must not take it, and must give what its modules compute one by one."""
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0, batch_first=True,
+                                       norm_first=norm_first)  # fmt: skip
+    dyt.convert_layernorm(layer)
+    with torch.no_grad():
+        for norm in (layer.norm1, layer.norm2):
+            norm.alpha.fill_(0.8), norm.weight.normal_(), norm.bias.normal_()
+    layer.eval()
+    x = torch.randn(3, 5, 32)
+
+    def by_hand(x):
+        sa = lambda h: layer.self_attn(h, h, h, need_weights=False)[0]
+        ff = lambda h: layer.linear2(layer.activation(layer.linear1(h)))
+        if norm_first:
+            x = x + sa(layer.norm1(x))
+            return x + ff(layer.norm2(x))
+        x = layer.norm1(x + sa(x))
+        return layer.norm2(x + ff(x))
+
+    with torch.no_grad():
+        ref = by_hand(x)
+    for ctx in (torch.no_grad, torch.inference_mode):
+        with ctx():
+            got = layer(x)
+        assert torch.allclose(got, ref, rtol=1e-5, atol=1e-5), float((got - ref).abs().max())
+    encoder = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0, batch_first=True), 2,
+        enable_nested_tensor=True,
+    )  # fmt: skip
+    dyt.convert_layernorm(encoder).eval()
+    pad = torch.zeros(3, 5, dtype=torch.bool)
+    pad[0, 3:] = True
+    with torch.inference_mode():
+        got = encoder(x, src_key_padding_mask=pad)
+    with torch.no_grad():
+        ref = x
+        for lay in encoder.layers:
+            ref = lay.norm1(ref + lay.self_attn(ref, ref, ref, key_padding_mask=pad, need_weights=False)[0])
+            ref = lay.norm2(ref + lay.linear2(lay.activation(lay.linear1(ref))))
+    keep = ~pad
+    assert torch.allclose(got[keep], ref[keep], rtol=1e-5, atol=1e-5)
+
+
+def test_module_errors_name_the_modules_parameters():
+    expected = r"x must have shape \(\.\.\., 8\): C = num_features = 8 \(the size of weight and bias\) "
+    with pytest.raises(
+        ValueError, match=expected + r"along the last dimension; got x of shape \(4, 7\)"
+    ) as info:
+        dyt.DyT(8)(torch.randn(4, 7))
+    assert "gamma" not in str(info.value) and str(info.value).startswith("DyT(8,")
+    expected = r"\(N, 8, \.\.\.\): .*\(the size of weight\) along dim 1, not the last; got x of shape \(2, 7"
+    with pytest.raises(ValueError, match=expected):
+        dyt.DyT(8, bias=False, channels_last=False)(torch.randn(2, 7, 3, 8))
+    with pytest.raises(ValueError, match=r"x must have shape \(N, 8, \.\.\.\).*got x of shape \(8,\)"):
+        dyt.DyT(8, channels_last=False)(torch.randn(8))
+    with pytest.raises(TypeError, match=r"parameter alpha has dtype torch.float64"):
+        dyt.DyT(8).double()(torch.randn(2, 8))
+    with pytest.raises(TypeError, match=r"input must be a floating tensor .* got torch.int64"):
+        dyt.DyT(8)(torch.ones(2, 8, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("width", [8.7, 8.0, "8", True, None], ids=repr)
+def test_non_int_widths_are_rejected(width):
+    with pytest.raises(TypeError, match="num_features must be an int"):
+        dyt.DyT(width)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.complex64], ids=str)
+def test_unsupported_parameter_dtypes_are_rejected_at_construction(dtype):
+    with pytest.raises(TypeError, match=f"dtype must be float32, bfloat16 or float16, got {dtype}"):
+        dyt.DyT(8, dtype=dtype)
+
+
+def test_widths_that_are_ints_are_accepted():
+    assert dyt.DyT(np.int64(8)).num_features == 8 and dyt.DyT(torch.tensor(8)).num_features == 8
+    with pytest.raises(ValueError, match="positive"):
+        dyt.DyT(0)
+
+
+@pytest.mark.parametrize("fullgraph", [True, False], ids=["fullgraph", "graph_breaks_allowed"])
+def test_compile_shows_dyts_message_for_bad_input(fullgraph):
+    compiled = torch.compile(dyt.DyT(8), fullgraph=fullgraph, backend="eager")
+    with pytest.raises(
+        Exception, match=r"dyt: gamma must have shape \(7,\) to match x's last dimension"
+    ) as info:
+        compiled(torch.randn(4, 7))
+    # The message is in the exception's first lines, not only in a debug section.
+    assert "dyt: gamma must have shape" in "\n".join(str(info.value).splitlines()[:3])
+
+
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_output_has_xs_dtype_under_autocast(x_dtype):
+    m = dyt.DyT(16)
+    x = torch.randn(4, 16, dtype=x_dtype)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = m(x)
+        y_fn = dyt.dyt(x, m.alpha, m.weight, m.bias)
+    assert y.dtype == y_fn.dtype == x_dtype
 
 
 @pytest.mark.parametrize("shape", [(0, 64), (3, 0, 64), (0, 5000)], ids=str)

@@ -7,8 +7,22 @@ torch, on a machine that only holds the result files.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
+
+# What `python -m dyt report` imports from the report extra (pyproject.toml's [report]).
+REPORT_MODULES = ("junitparser", "matplotlib", "markdown")
+
+
+def _missing(modules: tuple[str, ...]) -> list[str]:
+    missing = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench.main(args)
     if args.command == "report":
+        missing = _missing(REPORT_MODULES)
+        if missing:
+            print(f"python -m dyt report needs the report extra (missing: {', '.join(missing)}): "
+                  "pip install 'dyt-kernels[report]', or pip install -e '.[report]' in a checkout",
+                  file=sys.stderr)  # fmt: skip
+            return 2
         from dyt.service import report
 
         return report.main(args)

@@ -34,24 +34,41 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
+def project_root() -> Path | None:
+    """The directory holding the project's pyproject.toml (dyt/ beside it), or None for an installed copy."""
+    root = PACKAGE_DIR.parents[1]
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def _own_checkout() -> Path | None:
+    """The project root when it is the top level of a git checkout; None when there is no checkout, or
+    when the project merely lies inside another repository's work tree (whose commit is not ours)."""
+    root = project_root()
+    if root is None or shutil.which("git") is None:
+        return None
+    top = _run(["git", "-C", str(root), "rev-parse", "--show-toplevel"])
+    return root if top and Path(top).resolve() == root.resolve() else None
+
+
 def git_sha() -> str:
-    """SHA of the checkout that holds this package; DYT_GIT_SHA wins (containers ship without .git)."""
+    """SHA of the project's own checkout; DYT_GIT_SHA wins (containers ship without .git); else "unknown"."""
     override = os.environ.get("DYT_GIT_SHA", "").strip()
     if override:
         return override
-    if shutil.which("git") is None:
+    root = _own_checkout()
+    if root is None:
         return "unknown"
-    top = _run(["git", "-C", str(PACKAGE_DIR), "rev-parse", "--show-toplevel"])
-    if not top or not PACKAGE_DIR.is_relative_to(Path(top).resolve()):
-        return "unknown"
-    return _run(["git", "-C", str(PACKAGE_DIR), "rev-parse", "HEAD"]) or "unknown"
+    return _run(["git", "-C", str(root), "rev-parse", "HEAD"]) or "unknown"
 
 
 def _git_dirty() -> bool | None:
     """Whether tracked files differ from HEAD: a SHA alone does not reproduce an uncommitted tree."""
-    if os.environ.get("DYT_GIT_SHA") or shutil.which("git") is None:
+    if os.environ.get("DYT_GIT_SHA"):
         return None
-    out = _run(["git", "-C", str(PACKAGE_DIR), "status", "--porcelain", "--untracked-files=no"])
+    root = _own_checkout()
+    if root is None:
+        return None
+    out = _run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"])
     return None if out is None else bool(out)
 
 

@@ -130,7 +130,7 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dyt tune", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m dyt tune", description=__doc__)
     parser.add_argument("--out", type=pathlib.Path, default=None, help="default: dyt/tables/<arch>.json")
     parser.add_argument("--budget-s", type=float, default=600.0)
     parser.add_argument("--buckets", default="16bit,fp32")

@@ -1,0 +1,187 @@
+"""tooling: the commands a new user runs first: the environment manifest's git SHA, `python -m dyt report`
+without its extra, `python tests/mutants.py` without pytest, `python -m dyt tune --help`, and nox's CPU
+installs of torch (PyTorch's CPU index where reachable, the machine's disk otherwise)."""
+
+from __future__ import annotations
+
+import ast
+import http.server
+import importlib.util
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import types
+
+import pytest
+
+pytestmark = pytest.mark.tooling
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _python(code: str, *, cwd=ROOT, pythonpath=ROOT, **env) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if k != "DYT_GIT_SHA"}
+    full.update(env, PYTHONPATH=str(pythonpath))
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=full, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+
+
+def _git(cwd, *args) -> str:
+    cmd = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"]
+    return subprocess.run([*cmd, *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+SHA_CODE = "from dyt.service import env; print(env.git_sha(), env._git_dirty())"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_env_sha_is_the_projects_own_commit_only(tmp_path):
+    """A copy of the project inside another repository's work tree records "unknown", not that repository's
+    commit; DYT_GIT_SHA wins; a checkout of the project itself records its HEAD."""
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    _git(outer, "init", "-q")
+    (outer / "other.txt").write_text("another project\n")
+    _git(outer, "add", "other.txt")
+    _git(outer, "commit", "-qm", "other")
+    project = outer / "vendored" / "dyt-kernels"
+    shutil.copytree(ROOT / "dyt", project / "dyt", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", project)
+    (outer / "other.txt").write_text("dirty\n")
+    out = _python(SHA_CODE, cwd=tmp_path, pythonpath=project)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["unknown", "None"], out.stdout
+    out = _python(SHA_CODE, cwd=tmp_path, pythonpath=project, DYT_GIT_SHA="0123abc")
+    assert out.stdout.split() == ["0123abc", "None"], out.stdout
+    _git(project, "init", "-q")
+    _git(project, "add", ".")
+    _git(project, "commit", "-qm", "own")
+    head = _git(project, "rev-parse", "HEAD")
+    out = _python(SHA_CODE, cwd=tmp_path, pythonpath=project)
+    assert out.stdout.split() == [head, "False"], out.stdout
+
+
+BLOCK = "import sys; sys.modules.update(dict.fromkeys({names!r})); "
+
+
+def test_report_without_its_extra_names_the_extra(tmp_path):
+    code = BLOCK.format(names=["matplotlib"]) + (
+        f"from dyt.service.cli import main; sys.exit(main(['report', '--reports', {str(tmp_path)!r}]))"
+    )
+    out = _python(code)
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "report extra" in lines[0] and "missing: matplotlib" in lines[0], lines
+    assert "pip install 'dyt-kernels[report]'" in lines[0] and "Traceback" not in out.stderr
+    assert not (tmp_path / "summary.md").exists()
+
+
+def test_mutants_without_pytest_says_pytest_is_missing():
+    code = BLOCK.format(names=["pytest"]) + (
+        "import runpy; sys.argv = ['tests/mutants.py']; "
+        "runpy.run_path('tests/mutants.py', run_name='__main__')"
+    )
+    started = time.monotonic()
+    out = _python(code)
+    assert out.returncode == 2 and "pytest is missing" in out.stderr, out.stdout + out.stderr
+    assert "caught" not in out.stdout and time.monotonic() - started < 60
+
+
+def test_tune_help_names_the_command_it_is():
+    out = _python("from dyt.service.cli import main; main(['tune', '--help'])")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: python -m dyt tune "), out.stdout[:200]
+
+
+def _noxfile_docstrings() -> dict[str, str]:
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    return {f.name: ast.get_docstring(f) or "" for f in tree.body if isinstance(f, ast.FunctionDef)}
+
+
+def test_nox_list_lines_name_every_lint_tool():
+    first_line = _noxfile_docstrings()["lint"].splitlines()[0]  # what `nox -l` shows
+    for tool in ("ruff", "shellcheck", "hadolint", "actionlint", "zizmor"):
+        assert tool in first_line, first_line
+
+
+def _load_noxfile(monkeypatch):
+    """noxfile.py with a stand-in for nox (not installed in the test environment)."""
+    fake = types.ModuleType("nox")
+    fake.options = types.SimpleNamespace()
+    fake.session = lambda *a, **k: a[0] if a and callable(a[0]) else (lambda f: f)
+    fake.Session = object
+    fake.project = types.SimpleNamespace(load_toml=None)
+    monkeypatch.setitem(sys.modules, "nox", fake)
+    spec = importlib.util.spec_from_file_location("dyt_noxfile", ROOT / "noxfile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Session:
+    def __init__(self):
+        self.installs = []
+
+    def install(self, *args):
+        self.installs.append(args)
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/whl/cpu/torch/" else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_cpu_installs_take_torchs_cpu_index_only_where_it_answers(monkeypatch):
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        reachable = f"http://127.0.0.1:{server.server_port}/whl/cpu"
+        unreachable = f"http://127.0.0.1:{server.server_port}/nothing"  # answers 404: not an index
+        cases = [
+            (reachable, reachable),
+            (unreachable, None),
+            ("http://127.0.0.1:9/simple", None),
+            ("none", None),
+        ]
+        for setting, expected in cases:
+            monkeypatch.setenv("DYT_TORCH_INDEX", setting)
+            nox_file = _load_noxfile(monkeypatch)
+            session = _Session()
+            started = time.monotonic()
+            nox_file._install_cpu(session, "triton", "test")
+            nox_file._install_cpu(session, "report")
+            assert time.monotonic() - started < 5, f"{setting}: the probe must fail fast"
+            torch_installs = [args for args in session.installs if args[-1] == "torch"]
+            assert len(torch_installs) == 2, session.installs
+            for args in torch_installs:
+                assert ("--index-url" in args) == (expected is not None), (setting, args)
+                if expected:
+                    assert args[args.index("--index-url") + 1] == expected
+                assert "-c" in args and args[args.index("-c") + 1].endswith("constraints-cpu.txt")
+            assert session.installs[-1][-2:] == ("-e", ".[report]")
+    finally:
+        server.shutdown()
+    assert "DYT_TORCH_INDEX" in (ROOT / "README.md").read_text(), "the README documents the override"
+
+
+def test_report_session_installs_neither_torch_nor_triton(monkeypatch):
+    tomllib = pytest.importorskip("tomllib")
+    nox_file = _load_noxfile(monkeypatch)
+    monkeypatch.setattr(
+        nox_file.nox.project, "load_toml", lambda p: tomllib.loads(pathlib.Path(p).read_text())
+    )
+    session = _Session()
+    session.run = lambda *a, **k: None
+    session.posargs = []
+    nox_file.report(session)
+    flat = [a for args in session.installs for a in args]
+    assert not any(a.split("=")[0].split(">")[0] in ("torch", "triton") for a in flat), flat
+    assert "--no-deps" in flat and "matplotlib>=3.8" in flat
