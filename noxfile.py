@@ -82,12 +82,31 @@ def _reachable(url: str, timeout_s: float = 3.0) -> bool:
 _TORCH_INDEX: list[str | None] = []
 
 
+def _local_cpu_torch() -> bool:
+    """Whether pip, with no index at all, resolves the pinned torch to a CPU build on this machine's disk
+    (its find-links or a file:// index in pip's configuration): then no index is asked."""
+    import json
+    import subprocess
+    import urllib.parse
+
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-deps",
+           "--ignore-installed", "--quiet", "--report", "-", "-c", str(CPU_CONSTRAINTS), "torch"]  # fmt: skip
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        chosen = json.loads(out.stdout)["install"] if out.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+        return False
+    urls = (urllib.parse.unquote(item.get("download_info", {}).get("url", "")) for item in chosen)
+    return any("+cpu" in url for url in urls)
+
+
 def _torch_cpu_index() -> str | None:
-    """The index to take the CPU build of torch from, probed once per nox run (one request, 3 s at most):
-    None where PyTorch's index is unreachable (or DYT_TORCH_INDEX=none), so pip looks where it always does."""
+    """The index to take the CPU build of torch from, decided once per nox run: DYT_TORCH_INDEX where set
+    ("none": pip's own configuration); none where a CPU build lies on this machine's disk; else PyTorch's
+    CPU index where it answers (one request, 3 s at most); else none, so pip looks where it always does."""
     if not _TORCH_INDEX:
         chosen = os.environ.get("DYT_TORCH_INDEX", "").strip()
-        if chosen.lower() == "none":
+        if chosen.lower() == "none" or (not chosen and _local_cpu_torch()):
             _TORCH_INDEX.append(None)
         else:
             url = chosen or TORCH_CPU_INDEX

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import http.server
 import importlib.util
+import json
 import os
 import pathlib
 import shutil
@@ -170,6 +171,38 @@ def test_cpu_installs_take_torchs_cpu_index_only_where_it_answers(monkeypatch):
     finally:
         server.shutdown()
     assert "DYT_TORCH_INDEX" in (ROOT / "README.md").read_text(), "the README documents the override"
+
+
+def test_a_cpu_build_on_disk_asks_no_index(monkeypatch):
+    """Where pip resolves the pinned torch to a CPU build on the machine's disk, no index is asked (no
+    request leaves the machine); elsewhere PyTorch's CPU index is probed once."""
+    monkeypatch.delenv("DYT_TORCH_INDEX", raising=False)
+    for on_disk in (True, False):
+        nox_file = _load_noxfile(monkeypatch)
+        probed = []
+        monkeypatch.setattr(nox_file, "_local_cpu_torch", lambda on_disk=on_disk: on_disk)
+        monkeypatch.setattr(nox_file, "_reachable", lambda url, probed=probed: probed.append(url) or True)
+        session = _Session()
+        nox_file._install_cpu(session, "test")
+        nox_file._install_cpu(session, "report")
+        torch_installs = [args for args in session.installs if args[-1] == "torch"]
+        assert all(("--index-url" in args) == (not on_disk) for args in torch_installs), torch_installs
+        assert probed == ([] if on_disk else [nox_file.TORCH_CPU_INDEX + "/torch/"])
+
+
+def test_pips_report_of_a_cpu_wheel_on_disk_is_read(monkeypatch):
+    """_local_cpu_torch reads pip's dry-run report: a file URL of a +cpu wheel (as pip quotes it) is a CPU
+    build on disk, a CUDA build or a failed resolution is not."""
+    nox_file = _load_noxfile(monkeypatch)
+    for url, returncode, expected in (
+        ("file:///opt/wheels/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl", 0, True),
+        ("file:///opt/wheels/torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl", 0, False),
+        ("", 1, False),
+    ):
+        report = json.dumps({"install": [{"download_info": {"url": url}}]} if url else {})
+        done = types.SimpleNamespace(returncode=returncode, stdout=report)
+        monkeypatch.setattr(subprocess, "run", lambda *a, done=done, **k: done)
+        assert nox_file._local_cpu_torch() is expected, url
 
 
 def test_report_session_installs_neither_torch_nor_triton(monkeypatch):
