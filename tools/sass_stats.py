@@ -1,7 +1,7 @@
 """Registers and SASS instructions per element of the kernels, compiled for sm_90 on any machine.
 
     python tools/sass_stats.py bwd bf16 1x1024x4 2x1024x8x4  # mode, dtype, BLOCK_MxBLOCK_Nxwarps[xNUM_STAGES]
-    python tools/sass_stats.py fwd fp32 4x1024x4 4x1024x4x0   # forward: a last field of 0 takes the bitwise sign
+    python tools/sass_stats.py fwd fp32 4x1024x4 4x1024x4x0   # forward: a last field of 0: the bitwise sign
 
 Compiles with triton.compile for Hopper (no GPU needed; Triton's wheel carries ptxas and cuobjdump), reads
 the register count from `cuobjdump -res-usage`, and counts the SASS of the backward's persistent loop
