@@ -482,7 +482,10 @@ def test_entry_interpreter_matrix_writes_tests_junit_and_skips_the_bench(entry):
 def test_entry_says_when_the_baseline_has_another_toolchain(entry, tmp_path):
     import importlib.metadata as md
 
-    here = {"torch": md.version("torch"), "triton": md.version("triton"), "cuda": None}
+    import torch
+
+    # the toolchain as ci/entry.sh reads it: torch's and Triton's versions, torch's CUDA (None: a CPU build)
+    here = {"torch": md.version("torch"), "triton": md.version("triton"), "cuda": torch.version.cuda}
     summary = tmp_path / "step-summary.md"
     other = {"env": {"gpu_name": "NVIDIA H200", "torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0"}}
     (entry.reports / "baselines" / "nvidia-h200.json").write_text(json.dumps(other))

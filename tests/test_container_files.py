@@ -134,9 +134,9 @@ def test_the_torch_index_is_for_torch_alone(name):
     assert "download.pytorch.org" not in top, f"{name}: a workflow-wide index reaches every install"
     for job_id, job in jobs(text).items():
         if "download.pytorch.org" in job:
-            assert re.search(
-                r"^      DYT_TORCH_INDEX: https://download\.pytorch\.org/whl/cpu$", job, re.M
-            ), job_id
+            assert re.search(r"^      DYT_TORCH_INDEX: https://download\.pytorch\.org/whl/cpu$", job, re.M), (
+                job_id
+            )
     body = NOXFILE[NOXFILE.index("def _install_cpu(") : NOXFILE.index("def _pytest_args(")]
     assert 'session.install("--no-deps", "--index-url", index, "-c", str(CPU_CONSTRAINTS), "torch")' in body
 

@@ -9,8 +9,10 @@ The tolerance is measured, not chosen: the floor is how far the eager module eva
 an otherwise unchanged float32 or autocast model) drifts from the same module evaluated in float32, over
 the same steps. dyt is a float32 evaluation too, so against the float32 eager module it may drift by its
 own float32 error plus the eager module's, and the test allows FLOOR_FACTOR times the floor in every
-quantity. A dyt whose dgamma is off by 1e-4 relative (a mutant: an autograd Function around gamma that
-scales its gradient) must fail the same comparison.
+quantity (the tolerance table's EVAL_ULPS: the float32 evaluation error the contract allows dyt). A dyt
+whose dgamma is off by 1e-4 relative (a mutant: an autograd Function around gamma that scales its
+gradient) must fail the same comparison wherever the floor resolves 1e-4 (bf16 autocast at the GPU sizes
+does not: its floor is larger, and the test says so).
 
 SGD with momentum, not Adam: Adam's first updates are sign(g), which turns a rounding difference in a
 near-zero gradient into a full-size step, and the floor would then measure coin flips rather than
@@ -37,11 +39,15 @@ import dyt
 from dyt import torch_path
 from dyt.service.peers import EagerDyT
 
+from tolerances import EVAL_ULPS
+
 pytestmark = pytest.mark.convergence
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda") if ON_GPU else torch.device("cpu")
-FLOOR_FACTOR = 4.0  # dyt's float32 error plus the eager module's, with room for the way steps compound
+# The contract lets dyt's float32 evaluation be off by EVAL_ULPS float32 ulps where torch.tanh is off by
+# about one: dyt may drift from the float32 eager module by EVAL_ULPS times the float64-vs-float32 floor.
+FLOOR_FACTOR = float(EVAL_ULPS)
 MUTANT_SCALE = 1 + 1e-4
 GROUPS = ("loss", "alpha", "weight", "bias", "other")
 # Under bf16 autocast, a float32 rounding difference in one element now and then flips a bf16 rounding (a
@@ -334,4 +340,9 @@ def test_dyt_trains_like_the_eager_module(model_name, precision, path):
 def test_a_dgamma_off_by_1e4_relative_is_caught(precision, path):
     worst = train_in_lockstep("prenorm", precision, ("eager32", "eager64", "mutant"))
     floor, got = worst["eager64"], worst["mutant"]
+    if FLOOR_FACTOR * floor["weight"] >= MUTANT_SCALE - 1:
+        why = f"{precision} at these sizes cannot resolve a dgamma error of {MUTANT_SCALE - 1:g}"
+        pytest.skip(
+            f"{why}: its float64-vs-float32 floor is {floor['weight']:.2g} (x {FLOOR_FACTOR:g} allowed)"
+        )
     assert got["weight"] > FLOOR_FACTOR * floor["weight"], (got, floor)

@@ -252,13 +252,14 @@ class Variant:
     make: Callable[..., Any] | None
     compiled: bool = False
     ours: bool = False
+    cuda_only: bool = False  # its kernels take CUDA tensors alone: on another device, a skipped row
 
 
 VARIANTS: dict[str, Variant] = {
     "norm": Variant("norm", None),
     "eager": Variant("eager", _make_eager),
     "dyt": Variant("dyt", _make_dyt, ours=True),
-    "liger": Variant("liger", _make_liger),
+    "liger": Variant("liger", _make_liger, cuda_only=True),
     "compile_eager": Variant("compile_eager", _make_eager, compiled=True),
     "compile_dyt": Variant("compile_dyt", _make_dyt, compiled=True, ours=True),
 }
@@ -294,7 +295,7 @@ def plan_cases(
 
 
 class CudaClock:
-    """Device time by CUDA events around a step that starts from an idle GPU; host time by perf_counter."""
+    """GPU time by CUDA events around a step that starts from an idle GPU; host time by perf_counter."""
 
     def __init__(self, device):
         import torch
@@ -492,6 +493,9 @@ def run_model_case(case: Case, variants: list[str], modes: list[str], device, cl
     prepared: dict[str, _Prepared] = {}
     failed: dict[str, dict] = {}
     for name in variants:
+        if VARIANTS[name].cuda_only and torch.device(device).type != "cuda":
+            failed[name] = {"skipped": f"{name} runs its kernels on CUDA tensors only (device {device})"}
+            continue
         try:
             prepared[name] = _prepare(base, VARIANTS[name], device, settings)
         except ImportError as exc:
