@@ -463,10 +463,14 @@ def test_a_bench_in_parts_appends_its_rows(tmp_path):
     later = [r for r in rows[4:] if (r["provider"], *records.record_key(r)) not in first_keys]
     assert later, "the fixture needs rows beyond the first four"
     path = tmp_path / "nvidia-h200-abc1234.json"
-    bench.write_perf(path, {"env": perf["env"], "ceiling_gbps": 4100.0, "records": rows[:4]})
+    copies = [{"bytes_moved": 1, "ms": 1.0}, {"bytes_moved": 2, "ms": 2.0}]
+    first = {"env": perf["env"], "ceiling_gbps": 4100.0, "records": rows[:4], "copies_at_traffic": copies}
+    bench.write_perf(path, first)
     replaced = {**rows[0], "median_ms": 123.0}
-    part = {"env": perf["env"], "ceiling_gbps": 4200.0, "records": [replaced, *later]}
+    part = {"env": perf["env"], "ceiling_gbps": 4200.0, "records": [replaced, *later],
+            "copies_at_traffic": [{"bytes_moved": 2, "ms": 2.5}]}  # fmt: skip
     data = bench.write_perf(path, part, append=True)
+    assert data["copies_at_traffic"] == [copies[0], {"bytes_moved": 2, "ms": 2.5}]
     assert json.loads(path.read_text()) == json.loads(json.dumps(data))
     assert len(data["records"]) == 4 + len(later)
     assert [r["median_ms"] for r in data["records"] if r is not None and r == replaced] == [123.0]

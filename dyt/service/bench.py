@@ -657,9 +657,9 @@ def _run_summary(report: dict) -> dict:
 def write_perf(path: Path, report: dict, append: bool = False) -> dict:
     """Writes a kernel-bench run to path and returns what was written. The model benchmark's keys of an
     existing file of the same commit are kept. With append, so are its kernel records of other cases (a
-    record of the same provider, shape, dtypes and mode is replaced): each record carries the ratio to its
-    own run's ceiling, and `runs` lists every run's ceiling and selection, so one file can hold a bench
-    measured in parts."""
+    record of the same provider, shape, dtypes and mode is replaced) and its copies at other traffic: each
+    record carries the ratio to its own run's ceiling, and `runs` lists every run's ceiling and selection,
+    so one file can hold a bench measured in parts."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         old = json.loads(path.read_text()) if path.exists() else {}
@@ -676,6 +676,10 @@ def write_perf(path: Path, report: dict, append: bool = False) -> dict:
             *report["runs"],
             _run_summary({**report, "records": report["records"][len(kept) :]}),
         ]
+        moved = {c["bytes_moved"] for c in report.get("copies_at_traffic") or []}
+        older = [c for c in old.get("copies_at_traffic") or [] if c.get("bytes_moved") not in moved]
+        merged = [*older, *(report.get("copies_at_traffic") or [])]
+        report["copies_at_traffic"] = sorted(merged, key=lambda c: c["bytes_moved"])
     path.write_text(json.dumps(json_safe(report), indent=1) + "\n")
     return report
 
