@@ -58,11 +58,6 @@ class Overrides:
     lane_run: int | None = None  # tiles per run of the backward's float32 sums (default LANE_RUN_TILES)
     poison: bool = False
 
-    def plan_key(self) -> tuple | None:
-        """What of these overrides a plan depends on, as a cache key; None where plans must not be cached
-        (a swapped table is a dict, planned afresh on every call)."""
-        return None if self.table is not None else (self.int64, self.tanh, self.lane_run)
-
 
 DEFAULTS = Overrides()
 
