@@ -49,7 +49,32 @@ CST_CONFIG = ROOT / "ci" / "container-structure-test.yaml"
 WHEELS = ROOT / ".wheels"
 OUT = ROOT / "reports" / "container-check"
 DEBIAN_SUITE = "bookworm"
-DEBIAN_MIRROR = os.environ.get("DYT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+
+
+def debian_mirror() -> str:
+    """The Debian archive debootstrap fetches from: DYT_DEBIAN_MIRROR, else the one this machine's apt is
+    set up with (the first `URIs:`/`deb` entry of /etc/apt/sources.list(.d) that serves the main suite)."""
+    chosen = os.environ.get("DYT_DEBIAN_MIRROR", "").strip()
+    if chosen:
+        return chosen
+    sources = [
+        pathlib.Path("/etc/apt/sources.list"),
+        *sorted(pathlib.Path("/etc/apt/sources.list.d").glob("*")),
+    ]
+    for path in sources:
+        if not path.is_file() or path.suffix not in ("", ".list", ".sources"):
+            continue
+        text = path.read_text(errors="replace")
+        for uri in re.findall(r"^URIs:\s*(\S+)", text, re.M) + re.findall(
+            r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)", text, re.M
+        ):
+            if uri.rstrip("/").endswith("/debian"):
+                return uri
+    raise SystemExit(
+        "container-check: no Debian archive in this machine's apt sources; set DYT_DEBIAN_MIRROR"
+    )
+
+
 TAG = f"dyt-kernels:cpu-check-{os.getpid()}"
 BASE_TAG = f"dyt-base:{DEBIAN_SUITE}-{os.getpid()}"
 NO_GPU_MESSAGE = "no CUDA GPU is visible"
@@ -160,7 +185,7 @@ def debootstrap_base(client, work: pathlib.Path) -> str:
         "--include=ca-certificates",
         DEBIAN_SUITE,
         str(rootfs),
-        DEBIAN_MIRROR,
+        debian_mirror(),
     ]
     with (OUT / "debootstrap.log").open("wb") as out:
         sh(*cmd, stdout=out, stderr=subprocess.STDOUT)

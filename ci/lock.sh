@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS_DIR="${WHEELS_DIR:-/opt/wheels}"
-compile=(uv pip compile --quiet --no-config --index-url https://pypi.org/simple --generate-hashes
+compile=(uv pip compile --quiet --no-config --generate-hashes
   --custom-compile-command "ci/lock.sh")
 "${compile[@]}" --python-version 3.12 --python-platform x86_64-manylinux_2_28 --extra test --extra report \
   pyproject.toml ci/requirements-gpu.in -o ci/requirements-gpu.txt

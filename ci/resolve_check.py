@@ -26,7 +26,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 LOCK = ROOT / "ci" / "requirements-gpu.txt"
 CPU_CONSTRAINTS = ROOT / "ci" / "constraints-cpu.txt"
 DOCKERFILE = ROOT / "Dockerfile"
-INDEX = os.environ.get("DYT_RESOLVE_INDEX_URL", "https://pypi.org/simple")
+# pip's own default index (PyPI) unless DYT_RESOLVE_INDEX_URL names another.
+INDEX = os.environ.get("DYT_RESOLVE_INDEX_URL", "").strip()
 # The python3 of each base image the Dockerfile may name (its tag's distribution release).
 BASE_PYTHON = {"ubuntu24.04": "3.12", "ubuntu22.04": "3.10"}
 # manylinux_2_28 and every older glibc tag a wheel may carry (pip does not widen --platform by itself).
@@ -73,8 +74,7 @@ def dry_run(python: str, requirements: list[str]) -> subprocess.CompletedProcess
             "--quiet",
             "--disable-pip-version-check",
             "--no-input",
-            "--index-url",
-            INDEX,
+            *(["--index-url", INDEX] if INDEX else []),
             "--only-binary=:all:",
             *(f"--platform={p}" for p in PLATFORMS),
             "--python-version",
