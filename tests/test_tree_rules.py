@@ -3,7 +3,7 @@
 - The operator (dyt/*.py) never imports the service (dyt.service): a user's import pulls in no bench,
   report or matrix runner, and the layout stays one-way.
 - Code and docs describe the project in present tense: no citations of a version diary ("NOTES.md vN"),
-  no words about how the work was organised (numbered sessions, lent machines, device time).
+  no words about how the work was organised (numbered work periods, borrowed machines, their time budgets).
 - Operator code states contracts, not measurements: no microsecond figures and no commit SHAs in it.
 - reports/ tracks its README and one current baseline per GPU model, named after that model.
 """
@@ -62,7 +62,7 @@ def test_the_operator_never_imports_the_service():
 
 # Words of how the work was organised, or of a version diary; CHANGELOG.md holds the versions.
 DIARY = re.compile(
-    r"NOTES\.md|\bsession \d|\bsessions? \d+\b|\blent (gpu|h200|machine)|\bdevice time\b|until v\d", re.I
+    r"NOTES\.md|\bsession \d|\bsessions? \d+\b|\blent (gpu|h200|machine)|\bdevice\s+time\b|until v\d", re.I
 )
 
 
