@@ -282,9 +282,9 @@ def _perf_with_models() -> dict:
     return {"env": {"gpu_name": "NVIDIA H200"}, "records": [], "model_records": _model_rows()}
 
 
-def _set_speedup(data, mode, other, value):
+def _set_speedup(data, mode, other, value, low=None):
     row = next(r for r in data["model_records"] if r["variant"] == "dyt" and r["mode"] == mode)
-    row["speedup_vs"][other]["median"] = value
+    row["speedup_vs"][other].update(median=value, min=value if low is None else low)
 
 
 def test_gate_compares_model_ratios():
@@ -301,6 +301,12 @@ def test_gate_compares_model_ratios():
     assert gate.gate(slower, base, model_margin=0.2).code == gate.GATE_OK
     _set_speedup(slower, "train", "eager", 1.02)  # within the margin
     assert gate.gate(slower, base, model_margin=0.10).code == gate.GATE_OK
+    # a baseline whose rounds spread down to 0.90: a median of 0.95 lies within its own spread
+    _set_speedup(base, "train", "eager", 1.10, low=0.90)
+    _set_speedup(slower, "train", "eager", 0.95)
+    assert gate.gate(slower, base, model_margin=0.10).code == gate.GATE_OK
+    _set_speedup(slower, "train", "eager", 0.85)
+    assert gate.gate(slower, base, model_margin=0.10).code == gate.GATE_REGRESSION
 
 
 def test_gate_counts_a_model_row_that_now_fails():

@@ -54,9 +54,9 @@ def _describe(key: tuple) -> str:
 MODEL_MARGIN = 0.10
 
 
-def _model_ratios(data: dict) -> dict[tuple, float | None]:
-    """(model, batch, mode, variant, other) -> dyt's median speedup over other; None where the dyt row
-    failed. Rows skipped (a library that does not import) carry nothing."""
+def _model_ratios(data: dict, low: bool = False) -> dict[tuple, float | None]:
+    """(model, batch, mode, variant, other) -> dyt's median speedup over other (with low, its lowest round
+    instead); None where the dyt row failed. Rows skipped (a library that does not import) carry nothing."""
     out: dict[tuple, float | None] = {}
     for rec in data.get("model_records") or []:
         if not isinstance(rec, dict) or rec.get("skipped") or not rec.get("variant", "").endswith("dyt"):
@@ -66,7 +66,7 @@ def _model_ratios(data: dict) -> dict[tuple, float | None]:
             out[(*key, None)] = None
             continue
         for other, ratio in (rec.get("speedup_vs") or {}).items():
-            value = ratio.get("median") if isinstance(ratio, dict) else None
+            value = ratio.get("min" if low else "median") if isinstance(ratio, dict) else None
             ok = isinstance(value, (int, float)) and math.isfinite(value)
             out[(*key, other)] = float(value) if ok else None
     return out
@@ -79,9 +79,12 @@ def _describe_model(key: tuple) -> str:
 
 def gate_models(current: dict, baseline: dict, result: GateResult, margin: float = MODEL_MARGIN) -> int:
     """Adds the model rows' verdicts to result; returns how many ratios it compared. A ratio drops when
-    it falls more than margin (absolute) below the baseline's; a dyt row that measured in the baseline and
-    fails now drops every ratio it had. A baseline without model rows compares nothing."""
+    its median falls more than margin (absolute) below the baseline's median and below the baseline's
+    lowest round too: host-bound steps move by more than any fixed margin between rounds of one run, and
+    the baseline's own spread says how far. A dyt row that measured in the baseline and fails now drops
+    every ratio it had. A baseline without model rows compares nothing."""
     base = {k: v for k, v in _model_ratios(baseline).items() if v is not None}
+    base_low = _model_ratios(baseline, low=True)
     if not base:
         return 0
     now = _model_ratios(current)
@@ -96,7 +99,7 @@ def gate_models(current: dict, baseline: dict, result: GateResult, margin: float
         if value is None:
             result.regressions.append({"key": key, "baseline": ratio, "current": None})
             result.lines.append(f"REGRESSION {_describe_model(key)}: speedup {ratio:.3f} -> failed")
-        elif value < ratio - margin:
+        elif value < min(ratio - margin, base_low.get(key) or ratio):
             result.regressions.append({"key": key, "baseline": ratio, "current": value})
             result.lines.append(
                 f"REGRESSION {_describe_model(key)}: speedup {ratio:.3f} -> {value:.3f} "
