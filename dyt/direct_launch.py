@@ -9,7 +9,8 @@ hands the arguments straight to its launcher.
 What makes that safe: a KernelLaunch fixes every integer argument and every compile-time constant a kernel
 receives, and the cache is keyed by its value, so two launches that differ in any of them never share a
 compiled kernel. What Triton specializes on besides is each tensor's dtype and whether its address is a
-multiple of 16 bytes; the signature holds exactly those. Anything unusual (the interpreter, Triton's launch
+multiple of 16 bytes; the signature holds exactly those. A compiled kernel's function handle belongs to
+one GPU, so the key names the GPU too. Anything unusual (the interpreter, Triton's launch
 hooks set by a profiler, a Triton whose compiled kernels lack the launcher fields used here, constants that
 are not the kernel's last parameters in order) takes the ordinary JIT path on every call.
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import inspect
 
-import torch
 import triton
 
 try:
@@ -32,7 +32,7 @@ _driver = triton.runtime.driver
 
 
 def _signature(tensors) -> tuple:
-    return tuple((t.dtype, t.data_ptr() % ALIGNMENT == 0) for t in tensors)
+    return tuple([(t.dtype, not t.data_ptr() % ALIGNMENT) for t in tensors])
 
 
 def _hooks_set() -> bool:
@@ -63,18 +63,18 @@ class CompiledKernel:
 
     def launch(self, spec, tensors: tuple, *, direct: bool) -> None:
         """kernel[spec.grid](*tensors, *spec.scalars, **constexprs, num_warps=..., launch_pdl=...), directly
-        where this launch and these tensors' signature were compiled before. direct=False (the
-        interpreter) always takes the JIT path. The tensors must be on the current CUDA device
-        (dyt.launcher makes it so)."""
+        where this launch and these tensors' signature were compiled before, on the current stream of the
+        tensors' GPU. direct=False (the interpreter) always takes the JIT path. The tensors' GPU must be
+        the current device (dyt.launcher makes it so)."""
         direct = direct and not _hooks_set()
         if direct:
-            key = (spec, _signature(tensors))
+            index = tensors[0].device.index
+            key = (spec, index, _signature(tensors))
             hit = self.cache.get(key)
             if hit is not None:
                 run, function, packed_metadata, tail = hit
-                stream = _driver.active.get_current_stream(torch.cuda.current_device())
-                run(spec.grid[0], 1, 1, stream, function, packed_metadata, None, None, None,
-                    *tensors, *spec.scalars, *tail)  # fmt: skip
+                run(spec.grid[0], 1, 1, _driver.active.get_current_stream(index), function, packed_metadata,
+                    None, None, None, *tensors, *spec.scalars, *tail)  # fmt: skip
                 return
         options = {"num_warps": spec.num_warps, **({"launch_pdl": True} if spec.pdl else {})}
         compiled = self.kernel[spec.grid](*tensors, *spec.scalars, **dict(spec.constexprs), **options)

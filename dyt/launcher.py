@@ -1,8 +1,10 @@
-"""Runs the Triton kernels on validated 2-D views: plans (through dyt.planner), allocates, binds, launches.
+"""Runs the Triton kernels on validated row layouts: plans (through dyt.planner), allocates, binds, launches.
 
-Inputs arrive as (M, N) views with unit column stride (dyt.ops makes them so); rows may be strided. The
-plans hold every kernel argument but the tensors; this module decides nothing about a launch. It holds
-the process's launch overrides (`overrides()`, for tests and tools) and passes them to the planner.
+Inputs arrive as rows of their last dimension with unit stride (dyt.ops makes them so): an (M, N) view
+whose rows may be strided, or a contiguous tensor of any rank (its M = numel / N rows, taken as they are:
+a reshape per call costs host time). Outputs have the input's shape, contiguous. The plans hold every
+kernel argument but the tensors; this module decides nothing about a launch. It holds the process's
+launch overrides (`overrides()`, for tests and tools) and passes them to the planner.
 """
 
 from __future__ import annotations
@@ -75,29 +77,42 @@ def _cached_forward(M, N, itemsize, x_stride, param_itemsize, has_beta, device, 
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_backward(M, N, itemsize, x_stride, dy_stride, device, overrides):
-    return planner.plan_backward(M, N, itemsize, x_stride=x_stride, dy_stride=dy_stride,
-                                 target=target_of(device), overrides=overrides)  # fmt: skip
+def _cached_backward(M, N, itemsize, x_stride, dy_stride, device, overrides, pdl=True):
+    target = target_of(device)
+    if not pdl:
+        target = dataclasses.replace(target, allow_pdl=False)
+    return planner.plan_backward(M, N, itemsize, x_stride=x_stride, dy_stride=dy_stride, target=target,
+                                 overrides=overrides)  # fmt: skip
 
 
-def forward_plan(x2d: torch.Tensor, gamma=None, beta=None, over: planner.Overrides | None = None):
+def rows_of(t: torch.Tensor) -> tuple[int, int, int]:
+    """(M, N, row stride) of a row layout: a 2-D view with unit column stride, or a contiguous tensor."""
+    if t.dim() == 2:
+        M, N = t.shape
+        return M, N, t.stride(0)
+    N = t.shape[-1]
+    return (t.numel() // N if N else 0), N, N
+
+
+def forward_plan(x: torch.Tensor, gamma=None, beta=None, over: planner.Overrides | None = None):
     """The forward's plan for these tensors (gamma's and beta's dtypes matter where they are wider than
     x's: planner.FP32_PARAMS). Parameters no wider than x plan, and share the cached plan, as x alone."""
     o = over or _overrides
-    M, N = x2d.shape
-    itemsize = param_itemsize = x2d.element_size()
+    M, N, stride = rows_of(x)
+    itemsize = param_itemsize = x.element_size()
     if gamma is not None:
         param_itemsize = max(itemsize, gamma.element_size(), 0 if beta is None else beta.element_size())
-    args = (M, N, itemsize, x2d.stride(0), param_itemsize, gamma is None or beta is not None, x2d.device, o)
+    args = (M, N, itemsize, stride, param_itemsize, gamma is None or beta is not None, x.device, o)
     return _cached_forward.__wrapped__(*args) if o.table is not None else _cached_forward(*args)
 
 
-def backward_plan(x2d: torch.Tensor, dy2d: torch.Tensor, over: planner.Overrides | None = None):
-    """The backward's plan for these tensors."""
+def backward_plan(x: torch.Tensor, dy: torch.Tensor, over: planner.Overrides | None = None, *,
+                  pdl: bool = True):  # fmt: skip
+    """The backward's plan for these tensors; pdl=False plans its launches without PDL."""
     o = over or _overrides
-    M, N = x2d.shape
-    itemsize = max(x2d.element_size(), dy2d.element_size())
-    args = (M, N, itemsize, x2d.stride(0), dy2d.stride(0), x2d.device, o)
+    M, N, x_stride = rows_of(x)
+    itemsize = max(x.element_size(), dy.element_size())
+    args = (M, N, itemsize, x_stride, rows_of(dy)[2], x.device, o, pdl)
     return _cached_backward.__wrapped__(*args) if o.table is not None else _cached_backward(*args)
 
 
@@ -126,42 +141,46 @@ def _current(device: torch.device):
     return contextlib.nullcontext()
 
 
-def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
-    """y (M, N) contiguous, in out_dtype."""
-    M, N = x2d.shape
+def forward(x, alpha, gamma, beta, out_dtype) -> torch.Tensor:
+    """y in x's shape, contiguous, in out_dtype."""
     o = _overrides
-    y = _new((M, N), _staged(out_dtype), x2d.device, o.poison)
-    if M == 0:
-        return _as(y, out_dtype)
-    launch_forward(forward_plan(x2d, gamma, beta, o), x2d, y, alpha, gamma, beta)
+    y = _new(x.shape, _staged(out_dtype), x.device, o.poison)
+    if y.numel():
+        launch_forward(forward_plan(x, gamma, beta, o), x, y, alpha, gamma, beta)
     return _as(y, out_dtype)
 
 
-def launch_forward(plan: planner.FwdPlan, x2d, y, alpha, gamma, beta) -> None:
+def launch_forward(plan: planner.FwdPlan, x, y, alpha, gamma, beta) -> None:
     """dyt_fwd_kernel: y. Without beta, gamma fills BETA's slot (the kernel reads it only with HAS_BETA)."""
-    tensors = (x2d, y, alpha, gamma, gamma if beta is None else beta)
-    with _current(x2d.device):
+    tensors = (x, y, alpha, gamma, gamma if beta is None else beta)
+    with _current(x.device):
         FORWARD.launch(plan.kernel, tensors, direct=not _INTERPRET)
 
 
-def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype):
-    """(dx (M, N) contiguous, dalpha (1,), dgamma (N,), dbeta (N,)), each in its own dtype."""
-    M, N = x2d.shape
-    device = x2d.device
-    if M == 0:
+def backward(dy, x, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype, *, traced=False):
+    """(dx in x's shape, contiguous; dalpha (1,), dgamma (N,), dbeta (N,)), each in its own dtype. traced:
+    the launches go through torch.library.wrap_triton, without PDL (the triton op's body, which Inductor
+    traces and launches from its own code)."""
+    N = x.shape[-1]
+    device = x.device
+    o = _overrides
+    dx = _new(x.shape, _staged(dx_dtype), device, o.poison)
+    if not dx.numel():
         zeros = [torch.zeros(shape, dtype=dt, device=device) for shape, dt in
                  (((1,), dalpha_dtype), ((N,), dgamma_dtype), ((N,), dbeta_dtype))]  # fmt: skip
-        return (torch.empty((M, N), dtype=dx_dtype, device=device), *zeros)
-    o = _overrides
-    dx = _new((M, N), _staged(dx_dtype), device, o.poison)
+        return (_as(dx, dx_dtype), *zeros)
     dalpha = _new((1,), _staged(dalpha_dtype), device, o.poison)
     dgamma = _new((N,), _staged(dgamma_dtype), device, o.poison)
     dbeta = _new((N,), _staged(dbeta_dtype), device, o.poison)
-    plan = backward_plan(x2d, dy2d, o)
+    plan = backward_plan(x, dy, o, pdl=not traced)
     partials = backward_partials(plan, device, o.poison)
-    with _current(device):
-        launch_backward_main(plan, x2d, dy2d, dx, alpha, gamma, partials)
-        launch_backward_finish(plan, partials, dgamma, dbeta, dalpha)
+    if traced:
+        _traced_launch(BACKWARD, plan.main, (x, dy, dx, alpha, gamma, *partials))
+        _traced_launch(FINISH, plan.finish, (*partials, dgamma, dbeta, dalpha))
+    else:
+        with _current(device):
+            launch_backward_main(plan, x, dy, dx, alpha, gamma, partials)
+            launch_backward_finish(plan, partials, dgamma, dbeta, dalpha)
     return _as(dx, dx_dtype), _as(dalpha, dalpha_dtype), _as(dgamma, dgamma_dtype), _as(dbeta, dbeta_dtype)
 
 
@@ -175,12 +194,21 @@ def backward_partials(plan: planner.BwdPlan, device, poison: bool = False) -> tu
     )
 
 
-def launch_backward_main(plan: planner.BwdPlan, x2d, dy2d, dx, alpha, gamma, partials) -> None:
+def launch_backward_main(plan: planner.BwdPlan, x, dy, dx, alpha, gamma, partials) -> None:
     """dyt_bwd_kernel: dx, and the partials (tools/bwd_split.py times it apart from the finish)."""
-    BACKWARD.launch(plan.main, (x2d, dy2d, dx, alpha, gamma, *partials), direct=not _INTERPRET)
+    BACKWARD.launch(plan.main, (x, dy, dx, alpha, gamma, *partials), direct=not _INTERPRET)
 
 
 def launch_backward_finish(plan: planner.BwdPlan, partials, dgamma, dbeta, dalpha) -> None:
     """dyt_bwd_finish_kernel: the partials added up in a fixed order; with PDL, launched while the main
     kernel ends."""
     FINISH.launch(plan.finish, (*partials, dgamma, dbeta, dalpha), direct=not _INTERPRET)
+
+
+def _traced_launch(kernel: direct_launch.CompiledKernel, spec: planner.KernelLaunch, tensors) -> None:
+    """The launch as torch.compile records it: wrap_triton's kernel[grid](...) (plain Triton in eager)."""
+    from torch.library import wrap_triton
+
+    assert not spec.pdl, "launches traced for torch.compile are planned without PDL"
+    constexprs = dict(spec.constexprs)
+    wrap_triton(kernel.kernel)[spec.grid](*tensors, *spec.scalars, **constexprs, num_warps=spec.num_warps)

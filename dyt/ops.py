@@ -1,8 +1,11 @@
 """The operator: input validation, the dtype contract, PyTorch custom ops and their autograd.
 
-`dyt(x, alpha, gamma, beta=None)` is the public entry point. The forward and backward are registered as
-the custom ops `torch.ops.dyt.forward` and `torch.ops.dyt.backward` (with fake implementations), so
-torch.compile(fullgraph=True) sees them as single nodes and CUDA graphs capture them.
+`dyt(x, alpha, gamma, beta=None)` is the public entry point. Eager calls run the kernels through a plain
+autograd.Function. Under torch.compile the forward is the custom op `torch.ops.dyt.forward`: Dynamo sees one
+node (its fake implementation validates, so dyt's messages reach the user), and AOTAutograd traces it as
+the plain float32 expression, which Inductor fuses into the neighbouring kernels; the backward is the
+triton op `torch.ops.dyt.backward`, whose kernels Inductor launches from its own generated code (no
+Python dispatch per call; docs/host-path.md, "Compiled mode"). fullgraph and CUDA graphs work.
 
 Dtype contract: arithmetic in float32; y and dx in x.dtype; dalpha, dgamma, dbeta in alpha's, gamma's
 and beta's own dtypes, accumulated in float32 and never rounded through x.dtype.
@@ -15,6 +18,7 @@ once, because the kernels need unit stride along C for full-width loads.
 from __future__ import annotations
 
 import torch
+from torch._subclasses.functional_tensor import FunctionalTensorMode
 
 from dyt import torch_path
 
@@ -65,7 +69,7 @@ def validate(x, alpha, gamma, beta) -> None:
         raise ValueError(f"dyt: all tensors must be on one device, got {listing}")
 
 
-def _as_rows(t: torch.Tensor) -> torch.Tensor:
+def _as_2d(t: torch.Tensor) -> torch.Tensor:
     """(rows, C) view; copies only when the last dimension is not contiguous. A 2-D tensor is its own
     view: a reshape costs host time per call even when it changes nothing (docs/host-path.md)."""
     C = t.shape[-1]
@@ -75,14 +79,20 @@ def _as_rows(t: torch.Tensor) -> torch.Tensor:
     return t2d
 
 
+def _as_rows(t: torch.Tensor) -> torch.Tensor:
+    """What the kernels take (dyt.launcher's row layouts): a contiguous tensor as it is, whatever its
+    rank; otherwise the (rows, C) view of _as_2d."""
+    return t if t.dim() != 2 and t.is_contiguous() else _as_2d(t)
+
+
 def _as_one(alpha: torch.Tensor) -> torch.Tensor:
     """alpha as shape (1,) (one element: contiguous whatever its strides)."""
     return alpha if alpha.dim() == 1 else alpha.reshape(1)
 
 
-def _shaped_like(t2d: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """t2d (rows, C) in x's shape; itself where x is 2-D."""
-    return t2d if x.dim() == 2 else t2d.reshape(x.shape)
+def _shaped_like(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """t (x's shape, or (rows, C)) in x's shape; itself where the ranks agree."""
+    return t if t.dim() == x.dim() else t.reshape(x.shape)
 
 
 def _use_triton(x: torch.Tensor) -> bool:
@@ -92,32 +102,36 @@ def _use_triton(x: torch.Tensor) -> bool:
                 f"dyt: CUDA tensors need Triton, which failed to import: {_TRITON_IMPORT_ERROR}"
             )
         return True
-    return launcher is not None and launcher.interpreter_active()
+    return launcher is not None and launcher.interpreter_active() and x.device.type == "cpu"
 
 
 def forward_impl(x, alpha, gamma, beta) -> torch.Tensor:
     """The forward on validated inputs: kernels for CUDA (or the interpreter), plain PyTorch otherwise."""
-    x2d = _as_rows(x)
-    impl = launcher if _use_triton(x) else torch_path
-    y2d = impl.forward(x2d, _as_one(alpha), gamma.contiguous(), None if beta is None else beta.contiguous(),
-                       x.dtype)  # fmt: skip
-    return _shaped_like(y2d, x)
+    beta = None if beta is None else beta.contiguous()
+    if _use_triton(x):
+        y = launcher.forward(_as_rows(x), _as_one(alpha), gamma.contiguous(), beta, x.dtype)
+    else:
+        y = torch_path.forward(_as_2d(x), _as_one(alpha), gamma.contiguous(), beta, x.dtype)
+    return _shaped_like(y, x)
 
 
-def backward_impl(dy, x, alpha, gamma, beta):
-    """(dx, dalpha shaped (1,), dgamma, dbeta) on validated inputs; dbeta in gamma's dtype without beta."""
+def backward_impl(dy, x, alpha, gamma, beta, *, traced: bool = False):
+    """(dx, dalpha shaped (1,), dgamma, dbeta) on validated inputs; dbeta in gamma's dtype without beta.
+    traced: the kernels are launched through torch.library.wrap_triton (the triton op's body)."""
     if dy.shape != x.shape:
         raise ValueError(f"dyt: dy must have x's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
-    impl = launcher if _use_triton(x) else torch_path
-    dbeta_dtype = gamma.dtype if beta is None else beta.dtype
-    dx, dalpha, dgamma, dbeta = impl.backward(
-        _as_rows(dy), _as_rows(x), _as_one(alpha), gamma.contiguous(),
-        x.dtype, alpha.dtype, gamma.dtype, dbeta_dtype,
-    )  # fmt: skip
+    dtypes = (x.dtype, alpha.dtype, gamma.dtype, gamma.dtype if beta is None else beta.dtype)
+    if _use_triton(x):
+        grads = launcher.backward(_as_rows(dy), _as_rows(x), _as_one(alpha), gamma.contiguous(), *dtypes,
+                                  traced=traced)  # fmt: skip
+    else:
+        grads = torch_path.backward(_as_2d(dy), _as_2d(x), _as_one(alpha), gamma.contiguous(), *dtypes)
+    dx, dalpha, dgamma, dbeta = grads
     return _shaped_like(dx, x), dalpha, dgamma, dbeta
 
 
-# Custom ops: what torch.compile and AOTAutograd see (single graph nodes with fake implementations).
+# The ops torch.compile sees: single graph nodes to Dynamo; to AOTAutograd, the forward's plain expression
+# and the backward's kernels.
 
 
 @torch.library.custom_op("dyt::forward", mutates_args=())
@@ -134,25 +148,47 @@ def _(x, alpha, gamma, beta):
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-@torch.library.custom_op("dyt::backward", mutates_args=())
+@_forward_op.register_torch_dispatch(FunctionalTensorMode)
+def _forward_as_expression(mode, func, types, args, kwargs):
+    """AOTAutograd (torch.compile) traces the forward as the plain float32 expression of the contract:
+    Inductor fuses it with the ops around it, which no separate kernel can match. Tensor subclasses other
+    than the functional and fake tensors get the op itself."""
+    known = (torch.Tensor, torch._subclasses.functional_tensor.FunctionalTensor)
+    if any(not issubclass(t, torch._subclasses.FakeTensor) and t not in known for t in types):
+        return NotImplemented
+    with mode:
+        x, alpha, gamma, beta = args
+        return torch_path.forward(x, _as_one(alpha), gamma, beta, x.dtype)
+
+
+# The backward is a triton op where Triton compiles kernels (its body, traced by AOTAutograd, shows
+# Inductor the kernels and their launches); a custom op with a fake implementation where Triton is absent
+# or interprets (wrap_triton cannot trace interpreted kernels).
+_TRITON_OP = launcher is not None and not launcher.interpreter_active()
+_backward_op_kind = torch.library.triton_op if _TRITON_OP else torch.library.custom_op
+
+
+@_backward_op_kind("dyt::backward", mutates_args=())
 def _backward_op(
     dy: torch.Tensor, x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dx, dalpha shaped (1,), dgamma, dbeta); dbeta is in gamma's dtype when beta is None."""
     validate(x, alpha, gamma, beta)
-    return backward_impl(dy, x, alpha, gamma, beta)
+    return backward_impl(dy, x, alpha, gamma, beta, traced=True)
 
 
-@_backward_op.register_fake
-def _(dy, x, alpha, gamma, beta):
-    dbeta_dtype = gamma.dtype if beta is None else beta.dtype
-    C = x.shape[-1]
-    return (
-        torch.empty(x.shape, dtype=x.dtype, device=x.device),
-        torch.empty((1,), dtype=alpha.dtype, device=x.device),
-        torch.empty((C,), dtype=gamma.dtype, device=x.device),
-        torch.empty((C,), dtype=dbeta_dtype, device=x.device),
-    )
+if not _TRITON_OP:
+
+    @_backward_op.register_fake
+    def _(dy, x, alpha, gamma, beta):
+        dbeta_dtype = gamma.dtype if beta is None else beta.dtype
+        C = x.shape[-1]
+        return (
+            torch.empty(x.shape, dtype=x.dtype, device=x.device),
+            torch.empty((1,), dtype=alpha.dtype, device=x.device),
+            torch.empty((C,), dtype=gamma.dtype, device=x.device),
+            torch.empty((C,), dtype=dbeta_dtype, device=x.device),
+        )
 
 
 # Both autograd paths (the custom op's and _EagerDyT) save and return through these two.
@@ -161,7 +197,7 @@ def _(dy, x, alpha, gamma, beta):
 def _save_for_backward(ctx, x, alpha, gamma, beta) -> None:
     """Only x is kept among activation-sized tensors: y and tanh are recomputed in the backward."""
     ctx.has_beta = beta is not None
-    ctx.alpha_shape = alpha.shape
+    ctx.alpha_shape = None if alpha.dim() == 1 else alpha.shape  # (1,): nothing to reshape per call
     ctx.save_for_backward(x, alpha, gamma, beta)
 
 
@@ -169,7 +205,8 @@ def _input_grads(ctx, grads):
     """(dx, dalpha, dgamma, dbeta) of the backward as autograd wants them: dalpha in alpha's shape, no
     dbeta without beta."""
     dx, dalpha, dgamma, dbeta = grads
-    return dx, dalpha.reshape(ctx.alpha_shape), dgamma, dbeta if ctx.has_beta else None
+    dalpha = dalpha if ctx.alpha_shape is None else dalpha.reshape(ctx.alpha_shape)
+    return dx, dalpha, dgamma, dbeta if ctx.has_beta else None
 
 
 def _setup_context(ctx, inputs, output):

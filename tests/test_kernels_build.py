@@ -353,7 +353,7 @@ def test_launches_that_differ_in_a_constant_never_share_a_compiled_kernel(monkey
     compiled.launch(specs[0], (x,), direct=True)
     compiled.launch(specs[1], (x,), direct=True)
     assert [c for _, _, c in fake.jit_launches] == [{"A": 1, "B": b, "num_warps": 4} for b in (2, 3)]
-    assert {spec for spec, _ in compiled.cache} == set(specs)
+    assert {spec for spec, _, _ in compiled.cache} == set(specs)
     assert [hit[3] for hit in compiled.cache.values()] == [(1, 2), (1, 3)]  # the constants, in order
 
 

@@ -350,6 +350,53 @@ def test_torch_compile_fullgraph_small_model(seed):
         assert torch.allclose(gc, p.grad, rtol=1e-4, atol=1e-6)
 
 
+def _aot_graphs(fn, *args):
+    """The forward and backward graphs AOTAutograd hands a backend for fn(*args) (decompositions as
+    Inductor's lowering sees them), after one compiled forward and backward."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = {}
+
+    def keep(name):
+        def compiler(gm, example_inputs):
+            graphs[name] = gm
+            return make_boxed_func(gm.forward)
+
+        return compiler
+
+    torch._dynamo.reset()
+    backend = aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+    out = torch.compile(fn, fullgraph=True, backend=backend)(*args)
+    out.float().square().sum().backward()
+    return graphs
+
+
+def _targets(gm) -> list[str]:
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def test_compiled_forward_is_the_plain_expression_and_the_backward_dyts_kernels(seed):
+    """Under torch.compile AOTAutograd sees the forward as aten ops (Inductor fuses them with the ops
+    around), and the backward as dyt's kernels: the triton op's two kernel launches on the GPU, the
+    backward op where the kernels run in the interpreter, torch_path's ops on plain CPU."""
+    inp = make_inputs((64, 96), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    graphs = _aot_graphs(lambda x, a, g, b: dyt.dyt(x, a, g, b) * 2, inp.x, inp.alpha, inp.gamma, inp.beta)
+    forward, backward = _targets(graphs["forward"]), _targets(graphs["backward"])
+    assert not any("dyt" in t for t in forward), forward
+    assert "aten.tanh.default" in forward, forward
+    if on_gpu():
+        from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+        nodes = [n for n in graphs["backward"].graph.nodes if "triton_kernel_wrapper" in str(n.target)]
+        launched = [kernel_side_table.get_kernel(n.kwargs["kernel_idx"]).fn.__name__ for n in nodes]
+        assert launched == ["dyt_bwd_kernel", "dyt_bwd_finish_kernel"], backward
+    elif os.environ.get("TRITON_INTERPRET") == "1":
+        assert "dyt.backward.default" in backward, backward
+    else:
+        assert not any("dyt" in t for t in backward) and "aten.sum.dim_IntList" in backward, backward
+
+
 def test_custom_ops_are_registered_with_fake_kernels():
     import dyt.ops  # noqa: F401  (importing the ops module is what registers torch.ops.dyt)
 

@@ -85,6 +85,43 @@ def test_ranks(shape, dtype, seed):
     check_against_reference(inp, run(inp))
 
 
+@pytest.mark.skipif(
+    not ops._use_triton(torch.empty(1, device=device())),
+    reason="the plain PyTorch path takes (rows, C) views: no kernels to hand tensors to",
+)
+@pytest.mark.parametrize("layout", ["contiguous", "leading_dims_permuted", "expanded_dy"])
+def test_tensors_of_any_rank_reach_the_kernels_as_they_are(layout, seed, monkeypatch):
+    """Contiguous x and dy of rank 3 go to the kernels without a reshape (each costs host time per call)
+    and the outputs come back in x's shape; where the leading dims do not collapse into rows (permuted)
+    or dy's rows repeat (expanded), the (rows, C) view or copy is taken instead. Values against the
+    reference either way."""
+    inp = make_inputs((6, 7, 96), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    if layout == "leading_dims_permuted":
+        inp.x = inp.x.detach().transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()
+    elif layout == "expanded_dy":
+        inp.dy = inp.dy[:1].expand(inp.dy.shape)
+    seen = {}
+    real_forward, real_backward = launcher.forward, launcher.backward
+
+    def forward(x, *args, **kwargs):
+        seen["x"] = x
+        return real_forward(x, *args, **kwargs)
+
+    def backward(dy, x, *args, **kwargs):
+        seen["dy"], seen["x_bwd"] = dy, x
+        return real_backward(dy, x, *args, **kwargs)
+
+    monkeypatch.setattr(launcher, "forward", forward)
+    monkeypatch.setattr(launcher, "backward", backward)
+    outs = run(inp)
+    check_against_reference(inp, outs)
+    assert outs[0].shape == outs[1].shape == inp.x.shape
+    as_is = layout != "leading_dims_permuted"
+    assert (seen["x"].dim() == 3) == as_is and (seen["x_bwd"].dim() == 3) == as_is
+    assert (seen["x"].data_ptr() == inp.x.data_ptr()) == as_is
+    assert seen["dy"].dim() == (2 if layout == "expanded_dy" else 3)
+
+
 def _strided(kind: str, rows: int, width: int, dtype, seed: int):
     """x with a non-trivial layout; dy expanded (stride 0 rows) where the kind says so."""
     inp = make_inputs((rows, width), dtype, seed=seed)
@@ -537,10 +574,11 @@ def test_direct_launches_give_the_jit_launches_bits(dtype, offset, seed):
     fwd_plan = launcher.forward_plan(x.detach(), inp.gamma, inp.beta)
     bwd_plan = launcher.backward_plan(x.detach(), inp.dy)
     aligned = offset * x.element_size() % 16 == 0
-    compiled = {(spec, signature[0]) for spec, signature in launcher.FORWARD.cache}
-    assert (fwd_plan.kernel, (dt, aligned)) in compiled, compiled
-    assert any(spec == bwd_plan.main for spec, _ in launcher.BACKWARD.cache)
-    assert any(spec == bwd_plan.finish for spec, _ in launcher.FINISH.cache)
+    # Keyed by the launch, the GPU (a compiled kernel's function handle belongs to one) and the signature.
+    compiled = {(spec, gpu, signature[0]) for spec, gpu, signature in launcher.FORWARD.cache}
+    assert (fwd_plan.kernel, x.device.index, (dt, aligned)) in compiled, compiled
+    assert any(spec == bwd_plan.main for spec, _, _ in launcher.BACKWARD.cache)
+    assert any(spec == bwd_plan.finish for spec, _, _ in launcher.FINISH.cache)
     hooked = []
     chain = knobs.runtime.launch_enter_hook  # a HookChain from Triton 3.6 on; None or a function before
     if hasattr(chain, "add"):
