@@ -13,7 +13,8 @@ small config; 4, 16) whose RMSNorms become DyT without beta.
 Variants, all from the same weights: `norm` (the model's own norm), `eager` (the paper's DyT module,
 dyt.service.peers.EagerDyT), `dyt` (dyt.DyT), `liger` (Liger-Kernel's LigerDyT, where it imports) and,
 in separate compiled cases (ViT-S/16 at 64 and the narrow net at 8 by default), `compile_eager` and
-`compile_dyt`: torch.compile of the whole model with each module.
+`compile_dyt`: torch.compile of the whole model with each module, and `graphs_eager` and `graphs_dyt`: the
+same with mode="reduce-overhead" (CUDA graphs; CUDA only). dyt's ratios compare variants of one kind.
 
 Measures, per variant: a training step (zero_grad, forward and loss under bf16 autocast, backward, AdamW
 step) and inference (torch.inference_mode, bf16 autocast). Each step starts from an idle GPU (synchronize
@@ -246,13 +247,15 @@ def _make_liger(c, *, bias, channels_last):
 
 @dataclass(frozen=True)
 class Variant:
-    """One way to run a model: its norms replaced by make (None: kept), compiled or not; ours marks dyt."""
+    """One way to run a model: its norms replaced by make (None: kept), compiled or not (graphs: with
+    mode="reduce-overhead", CUDA graphs); ours marks dyt."""
 
     name: str
     make: Callable[..., Any] | None
     compiled: bool = False
     ours: bool = False
     cuda_only: bool = False  # its kernels take CUDA tensors alone: on another device, a skipped row
+    graphs: bool = False
 
 
 VARIANTS: dict[str, Variant] = {
@@ -262,6 +265,8 @@ VARIANTS: dict[str, Variant] = {
     "liger": Variant("liger", _make_liger, cuda_only=True),
     "compile_eager": Variant("compile_eager", _make_eager, compiled=True),
     "compile_dyt": Variant("compile_dyt", _make_dyt, compiled=True, ours=True),
+    "graphs_eager": Variant("graphs_eager", _make_eager, compiled=True, cuda_only=True, graphs=True),
+    "graphs_dyt": Variant("graphs_dyt", _make_dyt, compiled=True, ours=True, cuda_only=True, graphs=True),
 }
 
 
@@ -403,9 +408,13 @@ def _step_fn(spec: ModelSpec, prep: _Prepared, mode: str, data: dict, device):
     runner, opt = prep.runner, prep.opt
     dev_type = torch.device(device).type
 
+    graphs = prep.variant.graphs
+
     if mode == "train":
 
         def step():
+            if graphs:
+                torch.compiler.cudagraph_mark_step_begin()
             opt.zero_grad(set_to_none=True)
             with torch.autocast(dev_type, dtype=getattr(torch, AUTOCAST)):
                 loss = spec.loss(runner, data)
@@ -415,6 +424,8 @@ def _step_fn(spec: ModelSpec, prep: _Prepared, mode: str, data: dict, device):
     else:
 
         def step():
+            if graphs:
+                torch.compiler.cudagraph_mark_step_begin()
             with torch.inference_mode(), torch.autocast(dev_type, dtype=getattr(torch, AUTOCAST)):
                 spec.forward(runner, data)
 
@@ -429,7 +440,10 @@ def _prepare(base, variant: Variant, device, settings: Settings) -> _Prepared:
     model = copy.deepcopy(base)
     replaced = replace_norms(model, variant.make) if variant.make is not None else {}
     model.to(device)
-    runner = torch.compile(model) if variant.compiled else model
+    if variant.compiled:
+        runner = torch.compile(model, mode="reduce-overhead" if variant.graphs else None)
+    else:
+        runner = model
     opt = torch.optim.AdamW(model.parameters(), lr=settings.lr)
     return _Prepared(variant, model, runner, opt, replaced)
 
@@ -588,8 +602,9 @@ def _mode_rows(case, mode, variants, prepared, errors, timed, norms, settings) -
         if variant is None or not variant.ours or row["variant"] not in by_name:
             continue
         others = [
-            n for n, v in VARIANTS.items() if n in by_name and not v.ours and v.compiled == variant.compiled
-        ]
+            n for n, v in VARIANTS.items()
+            if n in by_name and not v.ours and (v.compiled, v.graphs) == (variant.compiled, variant.graphs)
+        ]  # fmt: skip
         round_ms = {n: by_name[n]["round_ms"] for n in [*others, row["variant"]]}
         row["speedup_vs"] = round_ratios(round_ms, row["variant"], others)
     return rows

@@ -285,7 +285,9 @@ def make_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
     return written
 
 
-MODEL_VARIANT_ORDER = ("norm", "eager", "dyt", "liger", "compile_eager", "compile_dyt")
+MODEL_VARIANT_ORDER = (
+    "norm", "eager", "dyt", "liger", "compile_eager", "compile_dyt", "graphs_eager", "graphs_dyt"
+)  # fmt: skip
 
 
 def _model_variants(rows: list[dict]) -> list[str]:

@@ -1,0 +1,112 @@
+"""Where the host time of one model step goes: the model benchmark's step (dyt.service.model_bench) for a
+few variants, timed on the host, then profiled by torch.profiler (CPU self time per op and call counts per
+step) and by cProfile (Python self time per function). Needs a CUDA GPU; run it alone (other processes on
+the host's CPUs move these numbers by tens of percent).
+
+    python tools/model_host_profile.py --model vit_s16 --batch 64 --mode train --variants eager,dyt
+"""
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from dyt.service import model_bench
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def host_ms(step, n: int) -> float:
+    """Median host time of one step over n steps, each started from an idle GPU."""
+    times = []
+    for _ in range(n):
+        _sync()
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1e3)
+    _sync()
+    return statistics.median(times)
+
+
+def op_table(step, n: int, top: int) -> str:
+    """torch.profiler's CPU ops over n steps: self time and calls per step, the top ops by self time."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(n):
+            step()
+        _sync()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) / n / 1e3
+    lines = [f"  profiled CPU self time per step: {total:.2f} ms"]
+    lines.append(f"  {'op':58s} {'us/step':>9s} {'calls/step':>10s}")
+    for e in events[:top]:
+        lines.append(f"  {e.key[:58]:58s} {e.self_cpu_time_total / n:9.1f} {e.count / n:10.1f}")
+    return "\n".join(lines)
+
+
+def python_table(step, n: int, top: int) -> str:
+    """cProfile over n steps: Python self time per function and step."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        step()
+    _sync()
+    prof.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    return "\n".join("  " + line for line in out.getvalue().splitlines() if line.strip())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="vit_s16", choices=list(model_bench.model_specs()))
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--mode", default="train", choices=model_bench.MODES)
+    parser.add_argument("--variants", default="eager,dyt")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of host timing")
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--python", action="store_true", help="add cProfile's table per variant")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test")
+    args = parser.parse_args()
+
+    spec = model_bench.model_specs()[args.model]
+    torch.manual_seed(0)
+    base = spec.build()
+    data = {k: t.to(args.device) for k, t in spec.batch(args.batch, torch.Generator().manual_seed(0)).items()}
+    settings = model_bench.Settings()
+    variants = args.variants.split(",")
+    steps = {}
+    for name in variants:
+        prep = model_bench._prepare(base, model_bench.VARIANTS[name], args.device, settings)
+        steps[name] = (model_bench._step_fn(spec, prep, args.mode, data, args.device), prep.replaced)
+        for _ in range(5):
+            steps[name][0]()
+    _sync()
+    timed = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name in variants:
+            timed[name].append(host_ms(steps[name][0], args.steps))
+    print(f"{spec.title} batch {args.batch} {args.mode}: host ms per step (median of {args.rounds} rounds)")
+    for name in variants:
+        rounds = [round(t, 2) for t in timed[name]]
+        median = statistics.median(timed[name])
+        print(f"  {name:14s} {median:8.2f}  rounds {rounds}  replaced {steps[name][1]}")
+    for name in variants:
+        print(f"\n{name}: torch.profiler")
+        print(op_table(steps[name][0], args.steps, args.top))
+        if args.python:
+            print(f"\n{name}: cProfile")
+            print(python_table(steps[name][0], args.steps, args.top))
+
+
+if __name__ == "__main__":
+    main()
