@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["Converted", "DyT", "convert_layernorm", "convert_norms", "dyt"]
+__all__ = ["Converted", "DyT", "convert_layernorm", "convert_norms", "dyt", "dyt_channels_first"]
 __version__ = "0.1.0"
 
-_HOMES = {"dyt": "dyt.ops", "DyT": "dyt.module", "convert_layernorm": "dyt.module",
-          "convert_norms": "dyt.module", "Converted": "dyt.module"}  # fmt: skip
+_HOMES = {"dyt": "dyt.ops", "dyt_channels_first": "dyt.ops", "DyT": "dyt.module", "Converted": "dyt.module",
+          "convert_layernorm": "dyt.module", "convert_norms": "dyt.module"}  # fmt: skip
 
 
 def __getattr__(name: str):

@@ -439,3 +439,79 @@ def dyt_bwd_finish_kernel(
             acc_dbeta += tl.load(PART_DBETA + offs, mask=mask, other=0.0)
         tl.store(DGAMMA + cols, tl.sum(acc_dgamma, axis=0).to(DGAMMA.dtype.element_ty), mask=col_ok)
         tl.store(DBETA + cols, tl.sum(acc_dbeta, axis=0).to(DBETA.dtype.element_ty), mask=col_ok)
+
+
+# Channels-first: a contiguous (N, C, *spatial) tensor is R = N * C rows of L = prod(spatial) elements, row
+# r scaled by channel r % C's gamma and beta; the backward's per-channel sums are row sums, grouped by
+# channel in dyt_bwd_finish_kernel (docs/kernels.md, "Channels-first").
+
+
+@triton.jit
+def _cf_tile(pid, R, L, C, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, N_COL_BLOCKS: tl.constexpr,
+             INT64: tl.constexpr):  # fmt: skip
+    """Program pid's tile of the (R, L) rows: row indices, column indices, the element mask, each row's
+    channel, and the column block."""
+    pid_m = pid // N_COL_BLOCKS
+    pid_n = pid % N_COL_BLOCKS
+    if INT64:
+        pid_m = pid_m.to(tl.int64)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < R
+    mask = row_ok[:, None] & (cols < L)[None, :]
+    return rows, cols, row_ok, mask, rows % C, pid_n
+
+
+@triton.jit
+def dyt_fwd_cf_kernel(
+    X, Y, ALPHA, GAMMA, BETA,
+    R, L, C,
+    HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, N_COL_BLOCKS: tl.constexpr,
+    INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr, SIGN_SELECT: tl.constexpr,
+    POLY_TERMS: tl.constexpr,
+):  # fmt: skip
+    """y = gamma[c] * tanh(alpha * x) + beta[c] over a channels-first tensor, one BLOCK_M x BLOCK_N tile of
+    its (R, L) rows per program; x and y contiguous, no copy of either."""
+    rows, cols, row_ok, mask, channel, _ = _cf_tile(tl.program_id(0), R, L, C, BLOCK_M, BLOCK_N,
+                                                    N_COL_BLOCKS, INT64)  # fmt: skip
+    alpha = tl.load(ALPHA).to(tl.float32)
+    gamma = tl.load(GAMMA + channel, mask=row_ok, other=0.0)
+    if HAS_BETA:
+        beta = tl.load(BETA + channel, mask=row_ok, other=0.0)
+    offsets = rows[:, None] * L + cols[None, :]
+    x = tl.load(X + offsets, mask=mask, other=0.0)
+    t = _tanh(alpha * x.to(tl.float32), TANH, APPROX, SIGN_SELECT, POLY_TERMS)
+    y = gamma.to(tl.float32)[:, None] * t
+    if HAS_BETA:
+        y = y + beta.to(tl.float32)[:, None]
+    tl.store(Y + offsets, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def dyt_bwd_cf_kernel(
+    X, DY, DX, ALPHA, GAMMA, PART_DGAMMA, PART_DBETA, PART_DALPHA,
+    R, L, C,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, N_COL_BLOCKS: tl.constexpr, INT64: tl.constexpr,
+    TANH: tl.constexpr, APPROX: tl.constexpr,
+):  # fmt: skip
+    """One tile of the channels-first backward: dx, and the tile's partial sums. PART_DGAMMA and PART_DBETA
+    are (N_COL_BLOCKS, R) float32: row r's sums of dy * tanh and of dy over column block b at [b, r], so
+    that viewed as (N_COL_BLOCKS * N, C) each column holds one channel's terms (the finish adds them);
+    PART_DALPHA[pid] is the tile's sum of dz * x in float64. z and dz are masked where padding could make
+    NaN (alpha or gamma infinite: dyt_bwd_kernel's _bwd_tile)."""
+    pid = tl.program_id(0)
+    rows, cols, row_ok, mask, channel, pid_n = _cf_tile(pid, R, L, C, BLOCK_M, BLOCK_N, N_COL_BLOCKS, INT64)
+    alpha = tl.load(ALPHA).to(tl.float32)
+    gamma = tl.load(GAMMA + channel, mask=row_ok, other=0.0).to(tl.float32)
+    offsets = rows[:, None] * L + cols[None, :]
+    x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(DY + offsets, mask=mask, other=0.0).to(tl.float32)
+    z = tl.where(mask, alpha * x, 0.0)
+    t, sech2 = _tanh_sech2(z, TANH, APPROX)
+    dz = tl.where(mask, (dy * gamma[:, None]) * sech2, 0.0)
+    tl.store(DX + offsets, (dz * alpha).to(DX.dtype.element_ty), mask=mask)
+    part = pid_n * R + rows
+    tl.store(PART_DGAMMA + part, tl.sum(dy * t, axis=1), mask=row_ok)
+    tl.store(PART_DBETA + part, tl.sum(dy, axis=1), mask=row_ok)
+    dalpha = tl.sum(tl.sum((dz * x).to(tl.float64), axis=1), axis=0)
+    tl.store(PART_DALPHA + pid + tl.arange(0, 1), tl.zeros((1,), dtype=tl.float64) + dalpha)

@@ -52,6 +52,8 @@ def current_overrides() -> planner.Overrides:
 FORWARD = direct_launch.CompiledKernel(kernels.dyt_fwd_kernel)
 BACKWARD = direct_launch.CompiledKernel(kernels.dyt_bwd_kernel)
 FINISH = direct_launch.CompiledKernel(kernels.dyt_bwd_finish_kernel)
+FORWARD_CF = direct_launch.CompiledKernel(kernels.dyt_fwd_cf_kernel)
+BACKWARD_CF = direct_launch.CompiledKernel(kernels.dyt_bwd_cf_kernel)
 
 
 @functools.cache
@@ -212,3 +214,60 @@ def _traced_launch(kernel: direct_launch.CompiledKernel, spec: planner.KernelLau
     assert not spec.pdl, "launches traced for torch.compile are planned without PDL"
     constexprs = dict(spec.constexprs)
     wrap_triton(kernel.kernel)[spec.grid](*tensors, *spec.scalars, **constexprs, num_warps=spec.num_warps)
+
+
+# Channels-first: contiguous (N, C, *spatial) tensors, copy-free (planner.plan_channels_first).
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_channels_first(n, C, L, itemsize, param_itemsize, has_beta, device, overrides):
+    return planner.plan_channels_first(n, C, L, itemsize, param_itemsize=param_itemsize, has_beta=has_beta,
+                                       target=target_of(device), overrides=overrides)  # fmt: skip
+
+
+def channels_first_plan(x: torch.Tensor, gamma, beta=None, dy=None, over: planner.Overrides | None = None):
+    """The channels-first plan for a contiguous x (N, C, *spatial) and its parameters (and dy)."""
+    o = over or _overrides
+    n, C = x.shape[0], x.shape[1]
+    L = x.numel() // (n * C) if n * C else 1
+    itemsize = x.element_size() if dy is None else max(x.element_size(), dy.element_size())
+    param_itemsize = max(itemsize, gamma.element_size(), 0 if beta is None else beta.element_size())
+    args = (n, C, L, itemsize, param_itemsize, beta is not None, x.device, o)
+    return _cached_channels_first.__wrapped__(*args) if o.table is not None else _cached_channels_first(*args)
+
+
+def forward_channels_first(x, alpha, gamma, beta, out_dtype) -> torch.Tensor:
+    """y in x's (N, C, *spatial) shape, contiguous, in out_dtype; x contiguous."""
+    o = _overrides
+    y = _new(x.shape, _staged(out_dtype), x.device, o.poison)
+    if y.numel():
+        plan = channels_first_plan(x, gamma, beta, over=o)
+        with _current(x.device):
+            FORWARD_CF.launch(plan.forward, (x, y, alpha, gamma, gamma if beta is None else beta),
+                              direct=not _INTERPRET)  # fmt: skip
+    return _as(y, out_dtype)
+
+
+def backward_channels_first(dy, x, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype):
+    """(dx in x's shape, contiguous; dalpha (1,), dgamma (C,), dbeta (C,)); x and dy contiguous."""
+    C = x.shape[1]
+    device = x.device
+    o = _overrides
+    dx = _new(x.shape, _staged(dx_dtype), device, o.poison)
+    if not dx.numel():
+        zeros = [torch.zeros(shape, dtype=dt, device=device) for shape, dt in
+                 (((1,), dalpha_dtype), ((C,), dgamma_dtype), ((C,), dbeta_dtype))]  # fmt: skip
+        return (_as(dx, dx_dtype), *zeros)
+    dalpha = _new((1,), _staged(dalpha_dtype), device, o.poison)
+    dgamma = _new((C,), _staged(dgamma_dtype), device, o.poison)
+    dbeta = _new((C,), _staged(dbeta_dtype), device, o.poison)
+    plan = channels_first_plan(x, gamma, dy=dy, over=o)
+    partials = (
+        _new((plan.finish_rows, C), torch.float32, device, o.poison),
+        _new((plan.finish_rows, C), torch.float32, device, o.poison),
+        _new((plan.n_dalpha_partials,), torch.float64, device, o.poison),
+    )
+    with _current(device):
+        BACKWARD_CF.launch(plan.backward, (x, dy, dx, alpha, gamma, *partials), direct=not _INTERPRET)
+        FINISH.launch(plan.finish, (*partials, dgamma, dbeta, dalpha), direct=not _INTERPRET)
+    return _as(dx, dx_dtype), _as(dalpha, dalpha_dtype), _as(dgamma, dgamma_dtype), _as(dbeta, dbeta_dtype)

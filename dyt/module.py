@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from dyt.ops import SUPPORTED_DTYPES, dyt
+from dyt.ops import SUPPORTED_DTYPES, dyt, dyt_channels_first
 
 _LOG = logging.getLogger("dyt")
 _DTYPE_NAMES = "float32, bfloat16 or float16"
@@ -22,8 +22,8 @@ class DyT(nn.Module):
 
     Parameter names and defaults follow the paper's reference module (alpha (1,) = alpha_init, weight
     ones, bias zeros), so its state dicts load unchanged. channels_last=False takes (N, C, H, W) and
-    scales along dim 1 (ConvNeXt); such input is copied to channels-last order for the kernels unless it
-    is already in torch.channels_last memory format, where the permuted view is free.
+    scales along dim 1 (ConvNeXt) through dyt.dyt_channels_first: contiguous input and input in
+    torch.channels_last memory format run without a copy.
 
     num_features must be an int; dtype (of the parameters) float32, bfloat16 or float16. The output has
     x's dtype, also under autocast: autocast does not recast DyT's inputs or output, whereas nn.LayerNorm
@@ -57,10 +57,7 @@ class DyT(nn.Module):
         try:
             if self.channels_last:
                 return dyt(x, self.alpha, self.weight, self.bias)
-            if not isinstance(x, torch.Tensor) or x.dim() < 2:
-                raise ValueError("dyt: channels-first input must have at least two dimensions")
-            y = dyt(x.movedim(1, -1), self.alpha, self.weight, self.bias)
-            return y.movedim(-1, 1)
+            return dyt_channels_first(x, self.alpha, self.weight, self.bias)
         except (ValueError, TypeError) as err:
             if not str(err).startswith("dyt:"):
                 raise

@@ -267,3 +267,74 @@ def _records_grad(x, alpha, gamma, beta) -> bool:
         return _functorch_active()
     needs = x.requires_grad or alpha.requires_grad or gamma.requires_grad
     return needs or (beta is not None and beta.requires_grad) or _functorch_active()
+
+
+# Channels-first input: (N, C, *spatial), scaled along dim 1 (ConvNeXt's LayerNorm2d places).
+
+
+def validate_channels_first(x, alpha, gamma, beta) -> None:
+    """validate() in channels-first terms: x (N, C, *spatial), gamma and beta (C,)."""
+    if not isinstance(x, torch.Tensor):
+        validate(x, alpha, gamma, beta)  # raises: x's type
+    if x.dim() < 2:
+        raise ValueError(
+            f"dyt: channels-first x must have at least two dimensions (N, C, ...), got shape {tuple(x.shape)}"
+        )
+    if isinstance(gamma, torch.Tensor) and gamma.shape != (x.shape[1],):
+        raise ValueError(
+            f"dyt: gamma must have shape ({x.shape[1]},) to match x's channels (dim 1), "
+            f"got {tuple(gamma.shape)}"
+        )
+    if isinstance(beta, torch.Tensor) and beta.shape != (x.shape[1],):
+        raise ValueError(
+            f"dyt: beta must have shape ({x.shape[1]},) to match x's channels (dim 1), "
+            f"got {tuple(beta.shape)}"
+        )
+    # The rest (types, dtypes, alpha, devices) as for channels-last: the same checks on the moved view.
+    validate(x.movedim(1, -1), alpha, gamma, beta)
+
+
+class _EagerDyTChannelsFirst(torch.autograd.Function):
+    """Contiguous channels-first x straight into the channels-first kernels: no copy either way."""
+
+    @staticmethod
+    def forward(ctx, x, alpha, gamma, beta):
+        _save_for_backward(ctx, x, alpha, gamma, beta)
+        return _forward_channels_first(x, alpha, gamma, beta)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, alpha, gamma, beta = ctx.saved_tensors
+        dtypes = (x.dtype, alpha.dtype, gamma.dtype, gamma.dtype if beta is None else beta.dtype)
+        grads = launcher.backward_channels_first(
+            dy.contiguous(), x, _as_one(alpha), gamma.contiguous(), *dtypes
+        )
+        return _input_grads(ctx, grads)
+
+
+def _forward_channels_first(x, alpha, gamma, beta):
+    beta = None if beta is None else beta.contiguous()
+    return launcher.forward_channels_first(x, _as_one(alpha), gamma.contiguous(), beta, x.dtype)
+
+
+def dyt_channels_first(
+    x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None = None
+) -> torch.Tensor:
+    """dyt over dim 1 of a channels-first x (N, C, *spatial): y = gamma[c] * tanh(alpha * x) + beta[c].
+
+    Contiguous x runs through the channels-first kernels (its (N * C) rows of spatial elements, no copy);
+    x in torch.channels_last memory format is channels-last in memory and runs through dyt's usual kernels
+    on the moved view (no copy either); other layouts are copied once. Same contract as dyt() otherwise.
+    """
+    if torch.compiler.is_compiling():
+        return dyt(x.movedim(1, -1), alpha, gamma, beta).movedim(-1, 1)
+    validate_channels_first(x, alpha, gamma, beta)
+    moved = x.movedim(1, -1)
+    if not x.is_contiguous() and moved.is_contiguous():  # channels-last memory: the row kernels, as is
+        return dyt(moved, alpha, gamma, beta).movedim(-1, 1)
+    if not _use_triton(x):
+        return dyt(moved, alpha, gamma, beta).movedim(-1, 1)
+    x = x.contiguous()
+    if _records_grad(x, alpha, gamma, beta):
+        return _EagerDyTChannelsFirst.apply(x, alpha, gamma, beta)
+    return _forward_channels_first(x, alpha, gamma, beta)

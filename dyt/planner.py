@@ -528,3 +528,79 @@ def finish_tile(N: int, sm_count: int) -> tuple[int, int]:
     per step keep its loop short."""
     block_n = min(max(next_pow2(cdiv(N, sm_count)), FINISH_MIN_BLOCK_N), FINISH_MAX_BLOCK_N)
     return FINISH_TILE // block_n, block_n
+
+
+@dataclasses.dataclass(frozen=True)
+class ChannelsFirstPlan:
+    """A contiguous channels-first tensor (N, C, *spatial) as R = N * C rows of L spatial elements (row r
+    takes channel r % C's parameters): the forward (dyt_fwd_cf_kernel), the backward's tiles
+    (dyt_bwd_cf_kernel) and its finish (dyt_bwd_finish_kernel over the (n_col_blocks * N, C) partial rows).
+    Both directions take the forward table's tile for rows of width L, one tile per program."""
+
+    R: int
+    L: int
+    C: int
+    BLOCK_M: int
+    BLOCK_N: int
+    n_col_blocks: int
+    num_warps: int
+    int64: bool
+    finish_rows: int  # rows of the (finish_rows, C) partial buffers: n_col_blocks * N
+    n_dalpha_partials: int  # one per backward program
+    forward: KernelLaunch
+    backward: KernelLaunch
+    finish: KernelLaunch
+
+
+def plan_channels_first(
+    n: int,
+    C: int,
+    L: int,
+    itemsize: int,
+    *,
+    param_itemsize: int | None = None,
+    has_beta: bool = True,
+    target: Target = Target(),
+    overrides: Overrides = DEFAULTS,
+) -> ChannelsFirstPlan:
+    """Both directions of DyT over a contiguous (n, C, *spatial) tensor of L = prod(spatial) elements per
+    channel. The tile is the forward table's entry for rows of width L (narrow rows stack more of them);
+    programs cover the rows in a 1-D grid, one tile each."""
+    R = n * C
+    table = table_of(target, overrides)
+    entry = forward_entry(table, itemsize, L, param_itemsize or itemsize, R * L)
+    block_m, block_n, n_col_blocks = tile_shape(entry, L)
+    view = _View(R, L, (L, L))
+    fields = _tile_fields(entry, view, (block_m, block_n, n_col_blocks), cdiv(max(R, 1), block_m), target,
+                          overrides)  # fmt: skip
+    poly = entry.get("poly", POLY_TERMS[0])
+    shared = (
+        ("BLOCK_M", block_m), ("BLOCK_N", block_n), ("N_COL_BLOCKS", n_col_blocks),
+        ("INT64", fields["int64"]), ("TANH", fields["tanh"]), ("APPROX", not target.interpreter),
+    )  # fmt: skip
+    forward = KernelLaunch(
+        grid=fields["grid"],
+        scalars=(R, L, C),
+        constexprs=(
+            ("HAS_BETA", has_beta),
+            *shared,
+            ("SIGN_SELECT", entry.get("sign", "select") == "select"),
+            ("POLY_TERMS", poly),
+        ),  # fmt: skip
+        num_warps=entry["num_warps"],
+    )
+    backward = KernelLaunch(
+        grid=fields["grid"], scalars=(R, L, C), constexprs=shared, num_warps=entry["num_warps"]
+    )
+    finish_rows = n_col_blocks * n
+    finish_g, finish_n = finish_tile(C, target.sm_count)
+    finish = KernelLaunch(
+        grid=finish_grid(C, finish_n),
+        scalars=(C, finish_rows, fields["grid"][0]),
+        constexprs=(("BLOCK_G", finish_g), ("BLOCK_N", finish_n), ("PDL", False)),
+        num_warps=FINISH_NUM_WARPS,
+    )
+    return ChannelsFirstPlan(R=R, L=L, C=C, BLOCK_M=block_m, BLOCK_N=block_n, n_col_blocks=n_col_blocks,
+                             num_warps=entry["num_warps"], int64=fields["int64"], finish_rows=finish_rows,
+                             n_dalpha_partials=fields["grid"][0], forward=forward, backward=backward,
+                             finish=finish)  # fmt: skip

@@ -294,6 +294,9 @@ def test_widths_that_are_ints_are_accepted():
 
 @pytest.mark.parametrize("fullgraph", [True, False], ids=["fullgraph", "graph_breaks_allowed"])
 def test_compile_shows_dyts_message_for_bad_input(fullgraph):
+    # Past Dynamo's recompile limit for DyT.forward (every compiled DyT before this one in the process),
+    # the call would run eagerly and show the module's message instead.
+    torch._dynamo.reset()
     compiled = torch.compile(dyt.DyT(8), fullgraph=fullgraph, backend="eager")
     with pytest.raises(
         Exception, match=r"dyt: gamma must have shape \(7,\) to match x's last dimension"

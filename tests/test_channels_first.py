@@ -1,0 +1,251 @@
+"""channels-first: DyT over dim 1 of (N, C, *spatial) input (ConvNeXt), the contract suites on that path.
+
+Contiguous input runs through the channels-first kernels (rows of spatial elements, each with its channel's
+gamma and beta, dyt.kernels.dyt_fwd_cf_kernel / dyt_bwd_cf_kernel) with no copy of x, y, dy or dx; input
+in torch.channels_last memory format through the row kernels on the moved view, also without a copy.
+Values against the float64 reference (the channels-last reference on the moved tensors), NaN and inf with
+padded tiles, the dtype contract, bitwise repeats and batch invariance, the launch grid.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import dyt
+from dyt import launcher, ops, planner
+
+from helpers import DTYPES, SM90, check_against_reference, make_inputs, on_gpu
+
+pytestmark = [
+    pytest.mark.reference_equivalence,
+    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning:triton.runtime.interpreter"),
+    pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning:triton.runtime.interpreter"),
+]
+
+KERNELS = ops._use_triton(torch.empty(1, device="cuda" if on_gpu() else "cpu"))
+needs_kernels = pytest.mark.skipif(
+    not KERNELS, reason="CPU tensors without the interpreter take the plain path"
+)
+
+
+def _inputs(shape, dtype, *, seed, layout="contiguous", **kwargs):
+    """make_inputs for (N, *spatial, C), moved to (N, C, *spatial) in the layout asked for; returns the
+    channels-first leaves and the channels-last inputs the reference reads (same values)."""
+    n, C, *spatial = shape
+    cl = make_inputs((n, *spatial, C), dtype, seed=seed, **kwargs)
+    x = cl.x.detach().movedim(-1, 1)
+    dy = cl.dy.movedim(-1, 1)
+    if layout == "contiguous":
+        x, dy = x.contiguous(), dy.contiguous()
+    elif layout == "channels_last":
+        assert len(shape) == 4 and x.is_contiguous(memory_format=torch.channels_last)
+    else:  # a strided view: every other sample of a larger batch
+        big = torch.cat([x, x], dim=0)
+        big[0::2] = x
+        x = big[0::2]
+        assert not x.is_contiguous()
+    return x.requires_grad_(), dy, cl
+
+
+def _run(x, dy, cl):
+    """Forward and backward of dyt_channels_first; outputs moved back to channels-last for the reference."""
+    for t in (x, *cl.leaves()):
+        t.grad = None
+    y = dyt.dyt_channels_first(x, cl.alpha, cl.gamma, cl.beta)
+    y.backward(dy)
+    return (
+        y.detach().movedim(1, -1),
+        x.grad.movedim(1, -1),
+        cl.alpha.grad,
+        cl.gamma.grad,
+        (None if cl.beta is None else cl.beta.grad),
+    )
+
+
+SHAPES = [(2, 3, 5, 7), (3, 96, 7, 7), (2, 16, 33), (5, 8), (2, 24, 1, 1), (1, 40, 40, 40), (4, 12, 3, 70)]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_values_against_the_reference(shape, dtype, seed):
+    x, dy, cl = _inputs(shape, DTYPES[dtype], seed=seed, param_dtype=torch.float32)
+    check_against_reference(cl, _run(x, dy, cl))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "strided"])
+@pytest.mark.parametrize("beta", [True, False], ids=["beta", "nobeta"])
+def test_layouts_and_beta(layout, beta, seed):
+    x, dy, cl = _inputs((3, 20, 6, 9), torch.bfloat16, seed=seed, layout=layout, beta=beta)
+    outs = _run(x, dy, cl)
+    check_against_reference(cl, outs)
+    assert outs[4] is None or beta
+    assert x.grad.shape == x.shape
+
+
+@needs_kernels
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_no_copy_of_x(layout, seed, monkeypatch):
+    """Contiguous input reaches the channels-first kernels as it is; channels_last memory the row kernels,
+    as the moved view of x's own storage."""
+    x, dy, cl = _inputs((2, 16, 5, 6), torch.bfloat16, seed=seed, layout=layout)
+    seen = {}
+    for name in ("forward", "forward_channels_first", "backward", "backward_channels_first"):
+        real = getattr(launcher, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            seen[_name] = args[0] if "forward" in _name else args[1]
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(launcher, name, spy)
+    _run(x, dy, cl)
+    kind = "channels_first" if layout == "contiguous" else None
+    fwd = seen["forward_channels_first" if kind else "forward"]
+    bwd = seen["backward_channels_first" if kind else "backward"]
+    assert fwd.data_ptr() == x.data_ptr() and bwd.data_ptr() == x.data_ptr()
+    assert set(seen) == (
+        {"forward_channels_first", "backward_channels_first"} if kind else {"forward", "backward"}
+    )
+
+
+@needs_kernels
+@pytest.mark.parametrize("alpha", [math.inf, -math.inf, math.nan], ids=["+inf", "-inf", "nan"])
+def test_nonfinite_alpha_with_padding(alpha, seed):
+    """Padding lanes (columns past the spatial size, rows past the last tile) never reach a sum: with an
+    infinite alpha, tanh(inf * 0) = NaN there must not poison dgamma, dbeta or dalpha."""
+    shape = (3, 5, 7, 11)  # 77 columns in a 128-wide block, 15 rows in tiles of more
+    plan = launcher.channels_first_plan(
+        torch.empty(shape, device=_device()), torch.empty(5, device=_device())
+    )
+    assert plan.L % plan.BLOCK_N and plan.R % plan.BLOCK_M, plan
+    x, dy, cl = _inputs(shape, torch.float32, seed=seed, alpha=alpha)
+    outs = _run(x, dy, cl)
+    if not math.isnan(alpha):
+        assert all(torch.isfinite(t).all() for t in outs[2:]), "a parameter gradient got NaN from padding"
+    check_against_reference(cl, outs)
+
+
+@needs_kernels
+def test_infinite_gamma_and_nonfinite_x(seed):
+    """An infinite gamma gives dalpha exactly +inf where every term is positive; NaN and inf in x show
+    where the reference has them and nowhere else."""
+    x, dy, cl = _inputs((2, 6, 5, 9), torch.float32, seed=seed)
+    x = (x.detach().abs() + 0.1).requires_grad_()
+    dy = dy.abs() + 0.1
+    gamma = cl.gamma.detach().clone()
+    gamma[2] = math.inf
+    cl.gamma = gamma.requires_grad_()
+    cl.x, cl.dy = x.detach().movedim(1, -1), dy.movedim(1, -1)
+    outs = _run(x, dy, cl)
+    assert float(outs[2]) == math.inf
+    check_against_reference(cl, outs)
+    x2, dy2, cl2 = _inputs((2, 6, 5, 9), torch.bfloat16, seed=seed)
+    bad = x2.detach().clone()
+    bad[0, 1, 2, 3], bad[1, 4, 0, 0], bad[1, 5, 4, 8] = math.nan, math.inf, -math.inf
+    cl2.x = bad.movedim(1, -1)
+    outs2 = _run(bad.requires_grad_(), dy2, cl2)
+    assert int(torch.isnan(outs2[0]).sum()) == 1
+    check_against_reference(cl2, outs2)
+
+
+@pytest.mark.parametrize("x_dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("param_dtype", ["fp32", "bf16"])
+def test_dtype_contract(x_dtype, param_dtype, seed):
+    """y and dx in x's dtype; dalpha, dgamma, dbeta in the parameters' own dtypes, never through x's."""
+    x, dy, cl = _inputs((2, 8, 4, 5), DTYPES[x_dtype], seed=seed, param_dtype=DTYPES[param_dtype])
+    y, dx, da, dg, db = _run(x, dy, cl)
+    assert y.dtype == dx.dtype == DTYPES[x_dtype]
+    assert da.dtype == dg.dtype == db.dtype == DTYPES[param_dtype]
+    check_against_reference(cl, (y, dx, da, dg, db))
+
+
+def test_bitwise_repeats_and_batch_invariance(seed):
+    """The same call gives the same bits; a sample's y and dx do not depend on the other samples."""
+    x, dy, cl = _inputs((6, 10, 7, 7), torch.bfloat16, seed=seed)
+    first = [t.clone() for t in _run(x, dy, cl)]
+    again = _run(x, dy, cl)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    part = x.detach()[2:3].clone().requires_grad_()
+    y = dyt.dyt_channels_first(part, cl.alpha, cl.gamma, cl.beta)
+    y.backward(dy[2:3])
+    assert torch.equal(y.detach(), first[0].movedim(-1, 1)[2:3])
+    assert torch.equal(part.grad, first[1].movedim(-1, 1)[2:3])
+
+
+def test_empty_batch_and_errors():
+    x = torch.empty(0, 4, 3, 3, device=_device(), requires_grad=True)
+    a = torch.full((1,), 0.5, device=_device(), requires_grad=True)
+    g = torch.ones(4, device=_device(), requires_grad=True)
+    y = dyt.dyt_channels_first(x, a, g)
+    y.sum().backward()
+    assert y.shape == x.shape and float(a.grad) == 0.0 and torch.equal(g.grad, torch.zeros_like(g))
+    with pytest.raises(ValueError, match=r"gamma must have shape \(4,\) to match x's channels \(dim 1\)"):
+        dyt.dyt_channels_first(torch.ones(2, 4, 3, device=_device()), a, torch.ones(3, device=_device()))
+    with pytest.raises(ValueError, match="at least two dimensions"):
+        dyt.dyt_channels_first(torch.ones(4, device=_device()), a, g)
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        dyt.dyt_channels_first([1.0], a, g)
+
+
+def test_module_runs_channels_first_without_a_copy_and_matches_the_paper_module(seed):
+    m = dyt.DyT(12, channels_last=False).to(_device())
+    with torch.no_grad():
+        m.weight.normal_()
+        m.bias.normal_()
+    x = torch.randn(2, 12, 5, 5, device=_device())
+    paper = torch.tanh(m.alpha * x) * m.weight[:, None, None] + m.bias[:, None, None]
+    torch.testing.assert_close(m(x), paper, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"x must have shape \(N, 12, \.\.\.\)"):
+        m(torch.randn(2, 5, 12, device=_device()))
+
+
+def test_torch_compile_fullgraph(seed):
+    """Under torch.compile the module's channels-first call traces (fullgraph) and matches eager."""
+    torch.manual_seed(seed)
+    torch._dynamo.reset()
+    m = dyt.DyT(16, channels_last=False).to(_device())
+    x = torch.randn(2, 16, 4, 6, device=_device(), requires_grad=True)
+    backend = "inductor" if on_gpu() else "aot_eager"
+    y_c = torch.compile(m, fullgraph=True, backend=backend)(x)
+    y_c.square().sum().backward()
+    grads_c = [x.grad.clone(), *(p.grad.clone() for p in m.parameters())]
+    x.grad = None
+    m.zero_grad()
+    m(x).square().sum().backward()
+    torch.testing.assert_close(y_c, m(x), rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads_c, [x.grad, *(p.grad for p in m.parameters())], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_plan_covers_every_row_in_a_one_dimensional_grid():
+    """Programs cover every tile of the (N * C, spatial) rows on grid axis 0 only (no 65,535 limit), with
+    int64 offsets once an address passes 2^31, and the finish reads n_col_blocks * N partial rows."""
+    for n, C, L in [(64, 96, 3136), (256, 768, 49), (8, 96, 3136), (70000, 1, 1), (2, 3, 2**31 // 4)]:
+        plan = planner.plan_channels_first(n, C, L, 2, target=SM90)
+        assert plan.forward.grid == plan.backward.grid
+        tiles = planner.cdiv(n * C, plan.BLOCK_M) * plan.n_col_blocks
+        assert plan.forward.grid == (tiles,) and plan.n_col_blocks * plan.BLOCK_N >= L
+        assert plan.finish_rows == plan.n_col_blocks * n and plan.n_dalpha_partials == tiles
+        assert plan.int64 == (n * C * L > 2**31 - 1 - plan.BLOCK_N)
+
+
+def _device():
+    return torch.device("cuda") if on_gpu() else torch.device("cpu")
+
+
+@pytest.mark.gpu_only
+def test_more_than_2_31_elements_and_65535_rows():
+    """2^31 + 2^20 elements in 65,600 rows of 32,784: int64 offsets, rows past grid axis 1's limit;
+    checked on a sample of rows against the float64 reference."""
+    n, C, L = 40, 1640, 32784
+    x = torch.randn(n, C, L, device="cuda", dtype=torch.bfloat16)
+    a = torch.full((1,), 0.8, device="cuda")
+    g = torch.randn(C, device="cuda")
+    b = torch.randn(C, device="cuda")
+    assert x.numel() > 2**31 and n * C > 65535
+    y = dyt.dyt_channels_first(x, a, g, b)
+    for i, c in [(0, 0), (n - 1, C - 1), (17, 1000)]:
+        ref = g[c].double() * torch.tanh(a.double() * x[i, c].double()) + b[c].double()
+        torch.testing.assert_close(y[i, c].double(), ref, rtol=1e-2, atol=1e-2)

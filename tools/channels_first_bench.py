@@ -1,0 +1,59 @@
+"""Channels-first DyT on the GPU: dyt.dyt_channels_first (copy-free kernels) against the paper's eager
+module and the path through a channels-last copy, in CUDA-graph replay time (host excluded) and as a ratio
+to the copy ceiling counting the bytes a copy-free kernel moves (x read + y written forward; x, dy read +
+dx written backward). Needs a CUDA GPU.
+
+    python tools/channels_first_bench.py --ceiling-gbps 4246
+"""
+
+import argparse
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+import dyt
+
+SHAPES = [(64, 96, 56, 56), (64, 384, 14, 14), (256, 768, 7, 7), (8, 96, 56, 56)]
+
+
+def paper(x, a, g, b):
+    return torch.tanh(a * x) * g[:, None, None] + b[:, None, None]
+
+
+def through_copy(x, a, g, b):
+    """What DyT(channels_last=False) ran before the channels-first kernels: a channels-last copy."""
+    return dyt.dyt(x.movedim(1, -1), a, g, b).movedim(-1, 1)
+
+
+def graph_us(fn) -> float:
+    return do_bench_cudagraph(fn, rep=200) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ceiling-gbps", type=float, default=4246.0, help="the GPU's copy rate")
+    args = parser.parse_args()
+    print(f"{'shape':>18s} {'variant':>12s} {'fwd us':>8s} {'ratio':>6s} {'fwd+bwd us':>10s} {'ratio':>6s}")
+    for shape in SHAPES:
+        C = shape[1]
+        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16).requires_grad_()
+        dy = torch.randn_like(x)
+        a = torch.full((1,), 0.5, device="cuda", requires_grad=True)
+        g = (1 + 0.5 * torch.randn(C, device="cuda")).requires_grad_()
+        b = torch.randn(C, device="cuda").requires_grad_()
+        nbytes = x.numel() * x.element_size()
+        args_ = (x, a, g, b)
+        for name, fn in (("dyt", dyt.dyt_channels_first), ("paper", paper), ("via copy", through_copy)):
+            try:
+                fwd = graph_us(lambda fn=fn, args_=args_: fn(*args_))
+                both = graph_us(lambda fn=fn, args_=args_, dy=dy: torch.autograd.backward(fn(*args_), dy))
+            except Exception as exc:  # noqa: BLE001 - a failing variant is a row
+                print(f"{shape!s:>18s} {name:>12s} error: {exc}")
+                continue
+            r_fwd = 2 * nbytes / (fwd * 1e-6) / 1e9 / args.ceiling_gbps
+            r_both = 5 * nbytes / (both * 1e-6) / 1e9 / args.ceiling_gbps
+            print(f"{shape!s:>18s} {name:>12s} {fwd:8.1f} {r_fwd:6.3f} {both:10.1f} {r_both:6.3f}")
+
+
+if __name__ == "__main__":
+    main()
