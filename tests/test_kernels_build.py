@@ -200,6 +200,32 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period
     assert ptx.count("griddepcontrol.launch_dependents") == 1, "the next kernel's early launch is not allowed"
 
 
+CF_SHARED = {"BLOCK_M": 4, "BLOCK_N": 1024, "N_COL_BLOCKS": 4, "INT64": False,
+             "TANH": TANH_METHODS["poly_exp"], "APPROX": True}  # fmt: skip
+
+
+@compiled_in_child
+@pytest.mark.parametrize("int64", [False, True])
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+def test_channels_first_kernels_compile_with_wide_accesses(dt, int64):
+    """The channels-first forward and backward compile for sm_90; where the spatial size L is a multiple
+    of 16 (Triton's divisibility attribute), x, y, dy and dx move 16 bytes at a time."""
+    cf = {"R": "i32", "L": "i32", "C": "i32"}
+    fwd = _compile(kernels.dyt_fwd_cf_kernel,
+                   {"X": f"*{dt}", "Y": f"*{dt}", "ALPHA": "*fp32", "GAMMA": "*fp32", "BETA": "*fp32", **cf},
+                   {"HAS_BETA": True, **CF_SHARED, "INT64": int64, "SIGN_SELECT": True, "POLY_TERMS": 5},
+                   ["X", "Y", "L"])  # fmt: skip
+    bwd = _compile(kernels.dyt_bwd_cf_kernel,
+                   {"X": f"*{dt}", "DY": f"*{dt}", "DX": f"*{dt}", "ALPHA": "*fp32", "GAMMA": "*fp32",
+                    "PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp64", **cf},
+                   {**CF_SHARED, "INT64": int64}, ["X", "DY", "DX", "L"])  # fmt: skip
+    for c in (fwd, bwd):
+        ptx = c.asm["ptx"]
+        assert "cubin" in c.asm
+        assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx), "x is not loaded 16 bytes at a time"
+        assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), "the output is not stored 16 bytes at a time"
+
+
 @compiled_in_child
 def test_the_short_polynomial_saves_two_fma_per_element():
     """POLY_TERMS=3 (a table entry's "poly") takes two coefficients, so two FMA per element, out of the
