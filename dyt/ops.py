@@ -34,10 +34,10 @@ except ImportError as _err:  # pragma: no cover - exercised only where triton is
 _NAMES = ("x", "alpha", "gamma", "beta")
 
 
-def validate(x, alpha, gamma, beta) -> None:
+def validate(x, alpha, gamma, beta, *, channels_first: bool = False) -> None:
     """Clear ValueError/TypeError naming what was expected and what came. Every call pays for these checks,
     so they are plain comparisons and the messages are built only on failure. Under torch.compile the op's
-    fake implementation runs them while tracing (see dyt())."""
+    fake implementation runs them while tracing (see dyt()). channels_first: x is (N, C, *spatial)."""
     tensors = (x, alpha, gamma) if beta is None else (x, alpha, gamma, beta)
     for t in tensors:
         if not isinstance(t, torch.Tensor) or t.dtype not in SUPPORTED_DTYPES:
@@ -48,21 +48,23 @@ def validate(x, alpha, gamma, beta) -> None:
                 f"dyt: {name} must be a floating tensor of dtype float32, bfloat16 or float16, got {t.dtype}"
             )
     shape = x.shape
-    if not shape:
-        raise ValueError(f"dyt: x must have at least one dimension (..., C), got shape {tuple(shape)}")
-    C = shape[-1]
+    if channels_first:
+        if len(shape) < 2:
+            raise ValueError("dyt: channels-first x must have at least two dimensions (N, C, ...), got "
+                             f"shape {tuple(shape)}")  # fmt: skip
+        C, where, named = shape[1], "x's channels (dim 1)", "x's channel dimension (dim 1)"
+    else:
+        if not shape:
+            raise ValueError(f"dyt: x must have at least one dimension (..., C), got shape {tuple(shape)}")
+        C, where, named = shape[-1], "x's last dimension", "x's last dimension (channels)"
     if C < 1:
-        raise ValueError(f"dyt: x's last dimension (channels) must be at least 1, got shape {tuple(shape)}")
+        raise ValueError(f"dyt: {named} must be at least 1, got shape {tuple(shape)}")
     if alpha.numel() != 1:
         raise ValueError(f"dyt: alpha must have exactly one element, got shape {tuple(alpha.shape)}")
     if gamma.shape != (C,):
-        raise ValueError(
-            f"dyt: gamma must have shape ({C},) to match x's last dimension, got {tuple(gamma.shape)}"
-        )
+        raise ValueError(f"dyt: gamma must have shape ({C},) to match {where}, got {tuple(gamma.shape)}")
     if beta is not None and beta.shape != (C,):
-        raise ValueError(
-            f"dyt: beta must have shape ({C},) to match x's last dimension, got {tuple(beta.shape)}"
-        )
+        raise ValueError(f"dyt: beta must have shape ({C},) to match {where}, got {tuple(beta.shape)}")
     device = x.device
     if alpha.device != device or gamma.device != device or (beta is not None and beta.device != device):
         listing = ", ".join(f"{n} on {t.device}" for n, t in zip(_NAMES, tensors, strict=False))
@@ -272,28 +274,6 @@ def _records_grad(x, alpha, gamma, beta) -> bool:
 # Channels-first input: (N, C, *spatial), scaled along dim 1 (ConvNeXt's LayerNorm2d places).
 
 
-def validate_channels_first(x, alpha, gamma, beta) -> None:
-    """validate() in channels-first terms: x (N, C, *spatial), gamma and beta (C,)."""
-    if not isinstance(x, torch.Tensor):
-        validate(x, alpha, gamma, beta)  # raises: x's type
-    if x.dim() < 2:
-        raise ValueError(
-            f"dyt: channels-first x must have at least two dimensions (N, C, ...), got shape {tuple(x.shape)}"
-        )
-    if isinstance(gamma, torch.Tensor) and gamma.shape != (x.shape[1],):
-        raise ValueError(
-            f"dyt: gamma must have shape ({x.shape[1]},) to match x's channels (dim 1), "
-            f"got {tuple(gamma.shape)}"
-        )
-    if isinstance(beta, torch.Tensor) and beta.shape != (x.shape[1],):
-        raise ValueError(
-            f"dyt: beta must have shape ({x.shape[1]},) to match x's channels (dim 1), "
-            f"got {tuple(beta.shape)}"
-        )
-    # The rest (types, dtypes, alpha, devices) as for channels-last: the same checks on the moved view.
-    validate(x.movedim(1, -1), alpha, gamma, beta)
-
-
 class _EagerDyTChannelsFirst(torch.autograd.Function):
     """Contiguous channels-first x straight into the channels-first kernels: no copy either way."""
 
@@ -328,13 +308,12 @@ def dyt_channels_first(
     """
     if torch.compiler.is_compiling():
         return dyt(x.movedim(1, -1), alpha, gamma, beta).movedim(-1, 1)
-    validate_channels_first(x, alpha, gamma, beta)
-    moved = x.movedim(1, -1)
-    if not x.is_contiguous() and moved.is_contiguous():  # channels-last memory: the row kernels, as is
-        return dyt(moved, alpha, gamma, beta).movedim(-1, 1)
-    if not _use_triton(x):
-        return dyt(moved, alpha, gamma, beta).movedim(-1, 1)
-    x = x.contiguous()
+    validate(x, alpha, gamma, beta, channels_first=True)
+    if not x.is_contiguous() or not _use_triton(x):
+        moved = x.movedim(1, -1)
+        if moved.is_contiguous() or not _use_triton(x):  # channels-last memory: the row kernels, as is
+            return dyt(moved, alpha, gamma, beta).movedim(-1, 1)
+        x = x.contiguous()
     if _records_grad(x, alpha, gamma, beta):
         return _EagerDyTChannelsFirst.apply(x, alpha, gamma, beta)
     return _forward_channels_first(x, alpha, gamma, beta)
