@@ -128,7 +128,22 @@ def _install_cpu(session: nox.Session, *extras: str) -> None:
     session.install("-c", str(CPU_CONSTRAINTS), "-e", spec)
 
 
+def _impl_of(posargs: list[str]) -> str | None:
+    """The --impl NAME among pytest's arguments (the conformance suite's implementation), if any."""
+    for i, arg in enumerate(posargs):
+        if arg == "--impl" and i + 1 < len(posargs):
+            return posargs[i + 1]
+        if arg.startswith("--impl="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def _pytest_args(session_name: str, posargs: list[str]) -> list[str]:
+    """pytest's arguments with the session's JUnit file; a run for another implementation (--impl) writes
+    its own file, <session>-<impl>.xml, beside dyt's."""
+    impl = _impl_of(posargs)
+    if impl not in (None, "dyt"):
+        session_name = f"{session_name}-{re.sub(r'[^A-Za-z0-9_.]+', '_', impl)}"
     junit = REPORTS / "junit" / f"{session_name}.xml"
     junit.parent.mkdir(parents=True, exist_ok=True)
     return [
@@ -146,11 +161,15 @@ def tests(session: nox.Session) -> None:
     """The whole matrix in Triton's CPU interpreter (any machine, no GPU): the README's test command."""
     _install_cpu(session, "triton", "test", "report")
     workers = os.environ.get("DYT_CPU_WORKERS", "auto")
+    env = {"TRITON_INTERPRET": "1", "DYT_SESSION": "tests", "DYT_REPORTS": str(REPORTS)}
     session.run(
-        "python",
-        *_pytest_args("tests", ["-n", workers, "--dist", "worksteal", *session.posargs]),
-        env={"TRITON_INTERPRET": "1", "DYT_SESSION": "tests", "DYT_REPORTS": str(REPORTS)},
+        "python", *_pytest_args("tests", ["-n", workers, "--dist", "worksteal", *session.posargs]), env=env
     )
+    if not session.posargs:
+        # The paper's eager module through the same conformance checks: a verdict for the report, not a
+        # condition of this session (pytest's exit 1, failed tests, passes; anything else does not).
+        args = ["-n", workers, "tests/test_conformance.py", "--impl", "eager"]
+        session.run("python", *_pytest_args("tests", args), env=env, success_codes=[0, 1])
 
 
 @nox.session(venv_backend=GPU_BACKEND)

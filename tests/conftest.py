@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pathlib
 import random
+import re
 import shlex
 import sys
 import zlib
@@ -39,6 +40,16 @@ GPU_ONLY_REASON = (
 
 
 _CONFIG = None
+IMPL = None  # the implementation under test (dyt.service.conformance.Impl), from --impl
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--impl", default="dyt", metavar="NAME",
+        help="the DyT implementation the conformance suite judges: dyt (default), eager, compile, liger, or "
+        "module:attr, a callable (x, alpha, gamma, beta) -> y; other than dyt, dyt's own suites are not "
+        "applicable and skip",
+    )  # fmt: skip
 
 
 def pytest_configure(config):
@@ -50,8 +61,29 @@ def pytest_configure(config):
         )
     config._dyt_failures = []
     config._dyt_gpu_only_skips = []
-    global _CONFIG
+    global _CONFIG, IMPL
     _CONFIG = config
+    from dyt.service import conformance
+
+    try:
+        IMPL = conformance.resolve(config.getoption("--impl"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+NOT_APPLICABLE = (
+    "not applicable to --impl {name}: dyt's own suite (its launch plans, tiling paths, mutants and "
+    "tooling); tests/test_conformance.py holds the contract checks for every implementation"
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    if IMPL is None or IMPL.ours:
+        return
+    skip = pytest.mark.skip(reason=NOT_APPLICABLE.format(name=IMPL.name))
+    for item in items:
+        if item.path.name != "test_conformance.py" or item.get_closest_marker("dyt_only"):
+            item.add_marker(skip)
 
 
 def _device_label() -> str:
@@ -80,6 +112,7 @@ def pytest_sessionstart(session):
         "torch": torch.__version__,
         "triton": str(triton_version),
         "interpreter": os.environ.get("TRITON_INTERPRET", "0"),
+        "impl": "dyt" if IMPL is None else IMPL.name,  # the implementation under test (--impl)
     }
     if xml is not None:
         for k, v in props.items():
@@ -95,7 +128,8 @@ def pytest_sessionstart(session):
 
 def reproduce_command(nodeid: str) -> str:
     seed = os.environ["DYT_SEED"]
-    return f"DYT_SEED={seed} nox -s {SESSION} -- {shlex.quote(nodeid)}"
+    impl = "" if IMPL is None or IMPL.ours else f" --impl {shlex.quote(IMPL.name)}"
+    return f"DYT_SEED={seed} nox -s {SESSION} --{impl} {shlex.quote(nodeid)}"
 
 
 @pytest.fixture
@@ -111,6 +145,7 @@ def _record(request, record_property):
     record_property("device", _device_label())
     record_property("worker", _WORKER)
     record_property("reproduce", reproduce_command(request.node.nodeid))
+    record_property("impl", "dyt" if IMPL is None else IMPL.name)
     if request.node.get_closest_marker("gpu_only") and not torch.cuda.is_available():
         pytest.skip(GPU_ONLY_REASON)
 
@@ -133,8 +168,10 @@ def pytest_sessionfinish(session, exitstatus):
         print(f"\nGPU-only tests were skipped on a GPU run: {config._dyt_gpu_only_skips}", file=sys.stderr)
         session.exitstatus = 1
     REPORTS.mkdir(parents=True, exist_ok=True)
-    path = REPORTS / f"failures-{SESSION}.md"
-    lines = [f"# Failures of `{SESSION}` (DYT_SEED={os.environ['DYT_SEED']})", ""]
+    other = "" if IMPL is None or IMPL.ours else f"-{re.sub(r'[^A-Za-z0-9_.]+', '_', IMPL.name)}"
+    path = REPORTS / f"failures-{SESSION}{other}.md"
+    impl_note = f", --impl {IMPL.name}" if other else ""
+    lines = [f"# Failures of `{SESSION}` (DYT_SEED={os.environ['DYT_SEED']}{impl_note})", ""]
     if not config._dyt_failures:
         lines.append("No failures.")
     for nodeid, when, text in config._dyt_failures:

@@ -52,11 +52,26 @@ class SuiteCounts:
 
 
 @dataclass
+class Verdict:
+    """One conformance check of one implementation over its parameter cases: counts, the first failure."""
+
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    first_failure: Failure | None = None
+    skip_reason: str = ""
+
+
+@dataclass
 class JunitData:
     counts: dict[tuple[str, str], SuiteCounts] = field(default_factory=dict)  # (session, suite)
     failures: list[Failure] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    # (implementation, check): the conformance suite's cases (tests/test_conformance.py, --impl), and per
+    # implementation the other suites' counts ("dyt's suites": not applicable to other implementations)
+    conformance: dict[tuple[str, str], Verdict] = field(default_factory=dict)
+    own_suites: dict[str, SuiteCounts] = field(default_factory=dict)
 
 
 def suite_of(classname: str, name: str = "") -> str:
@@ -92,6 +107,14 @@ def _properties(case) -> dict[str, str]:
     return props
 
 
+def _suite_impl(suite) -> str:
+    """The implementation a JUnit test suite ran for (its global property impl; dyt where absent)."""
+    for prop in suite._elem.iter("property"):
+        if prop.get("name") == "impl":
+            return prop.get("value") or "dyt"
+    return "dyt"
+
+
 def _excerpt(text: str | None, lines: int = 15, chars: int = 2000) -> str:
     tail = "\n".join((text or "").strip().splitlines()[-lines:])
     return tail[-chars:]
@@ -109,21 +132,36 @@ def load_junit(junit_dir: Path) -> JunitData:
         try:
             xml = JUnitXml.fromfile(str(path))
             suites = [xml] if isinstance(xml, TestSuite) else list(xml)
-            cases = [case for suite in suites for case in suite]
+            cases = [(case, _suite_impl(suite)) for suite in suites for case in suite]
         except Exception as exc:  # noqa: BLE001 - a half-written file must not hide the others
             data.unreadable.append(f"{path.name}: {type(exc).__name__}: {exc}")
             continue
-        for case in cases:
+        for case, suite_impl in cases:
             suite = suite_of(case.classname, case.name)
             counts = data.counts.setdefault((session, suite), SuiteCounts())
             counts.time_s += float(case.time or 0.0)
             results = case.result
             bad = next((r for r in results if isinstance(r, (JFailure, Error))), None)
+            impl = _properties(case).get("impl", suite_impl)
+            verdict = None
+            if suite == "conformance":
+                verdict = data.conformance.setdefault((impl, case.name.split("[")[0]), Verdict())
+            own = data.own_suites.setdefault(impl, SuiteCounts()) if verdict is None else None
             if bad is None:
-                if any(isinstance(r, Skipped) for r in results):
+                skip = next((r for r in results if isinstance(r, Skipped)), None)
+                if skip is not None:
                     counts.skipped += 1
+                    if verdict is not None:
+                        verdict.skipped += 1
+                        verdict.skip_reason = verdict.skip_reason or (skip.message or "").strip()[:200]
+                    else:
+                        own.skipped += 1
                 else:
                     counts.passed += 1
+                    if verdict is not None:
+                        verdict.passed += 1
+                    else:
+                        own.passed += 1
                 continue
             kind = "error" if isinstance(bad, Error) else "failure"
             if kind == "error":
@@ -132,18 +170,22 @@ def load_junit(junit_dir: Path) -> JunitData:
                 counts.failed += 1
             props = _properties(case)
             nodeid = nodeid_of(case.classname, case.name)
-            data.failures.append(
-                Failure(
-                    session=session,
-                    suite=suite,
-                    nodeid=nodeid,
-                    kind=kind,
-                    message=(bad.message or "").strip().splitlines()[0][:300] if bad.message else "",
-                    excerpt=_excerpt(bad.text),
-                    reproduce=props.get("reproduce") or default_reproduce(session, nodeid),
-                    properties=props,
-                )
+            failure = Failure(
+                session=session,
+                suite=suite,
+                nodeid=nodeid,
+                kind=kind,
+                message=(bad.message or "").strip().splitlines()[0][:300] if bad.message else "",
+                excerpt=_excerpt(bad.text),
+                reproduce=props.get("reproduce") or default_reproduce(session, nodeid),
+                properties=props,
             )
+            data.failures.append(failure)
+            if verdict is not None:
+                verdict.failed += 1
+                verdict.first_failure = verdict.first_failure or failure
+            else:
+                own.failed += 1
     return data
 
 
@@ -509,6 +551,60 @@ def tests_section(junit: JunitData) -> list[str]:
     return out + [""]
 
 
+# The seed pull request's bug classes, by the conformance check that guards against each.
+BUG_CLASSES = {
+    "test_more_than_65535_rows": "rows past grid axis 1 (65,535)",
+    "test_nonfinite_alpha_with_padding": "NaN from padding with an infinite alpha",
+    "test_float32_parameter_gradients_keep_their_precision": "float32 parameter grads rounded through x",
+}
+
+
+def _verdict_cell(v: Verdict) -> str:
+    if v.failed:
+        return f"fail {v.failed}/{v.passed + v.failed + v.skipped}"
+    if v.passed:
+        return "pass" if not v.skipped else f"pass ({v.skipped} skipped)"
+    return "skipped"
+
+
+def conformance_section(junit: JunitData) -> list[str]:
+    """Implementation x check (tests/test_conformance.py, `--impl`): pass / fail / skipped, the seed's bug
+    classes marked; dyt's own suites apply to dyt alone; then each check's first failure, with the command
+    that reproduces it."""
+    if not junit.conformance:
+        return []
+    impls = sorted({impl for impl, _ in junit.conformance}, key=lambda i: (i != "dyt", i))
+    checks = sorted({check for _, check in junit.conformance}, key=lambda c: (c not in BUG_CLASSES, c))
+    out = ["## Conformance", "",
+           "The contract checks of tests/test_conformance.py on each implementation (`nox -s tests -- "
+           "--impl NAME`, `nox -s gpu_tests -- --impl NAME`); the seed pull request's bug classes first.",
+           ""]  # fmt: skip
+    header = ["check", *impls]
+    rows = []
+    for check in checks:
+        label = f"{check} ({BUG_CLASSES[check]})" if check in BUG_CLASSES else check
+        cells = [_verdict_cell(junit.conformance[(i, check)]) if (i, check) in junit.conformance else "-"
+                 for i in impls]  # fmt: skip
+        rows.append([label, *cells])
+    own = []
+    for i in impls:
+        c = junit.own_suites.get(i)
+        if i != "dyt":
+            own.append("n/a (dyt's internals)")
+        elif c is None or not (c.passed or c.failed):
+            own.append("not run here")
+        else:
+            own.append(f"{c.passed} passed, {c.failed} failed, {c.skipped} skipped")
+    rows.append(["dyt's own suites (plans, tiling paths, mutants, tooling)", *own])
+    out += _table(header, rows)
+    firsts = [(i, c, v.first_failure) for (i, c), v in sorted(junit.conformance.items()) if v.first_failure]
+    if firsts:
+        out += ["", "First failure of each failing check:", ""]
+    for impl, check, f in firsts:
+        out += [f"- **{impl}** `{check}`: {_cell(f.message) or f.kind}", f"  `{f.reproduce}`"]
+    return out + [""]
+
+
 def failures_section(junit: JunitData, notes: list[tuple[Path, str]]) -> list[str]:
     out = ["## Failures", ""]
     if not junit.failures and not notes:
@@ -726,6 +822,7 @@ def compose(reports: Path) -> tuple[str, list[Path]]:
     sha = (env or {}).get("git_sha") or ((perf or {}).get("env") or {}).get("git_sha") or "unknown"
     lines = ["# DyT report", "", f"Generated {now} from `{reports}` (git {str(sha)[:12]}).", ""]
     lines += tests_section(junit)
+    lines += conformance_section(junit)
     lines += failures_section(junit, notes)
     lines += env_section(env if isinstance(env, dict) else None)
     lines += perf_section(perf_path, perf, perf_files, plots, reports)

@@ -1,0 +1,118 @@
+"""tooling: the conformance harness: `--impl` names (built-ins, module:attr) and their errors before any test
+runs, dyt's own suites reported not applicable to other implementations, test ids and reproduce commands
+that carry the implementation, and the report's conformance table."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from dyt.service import conformance, report
+
+pytestmark = pytest.mark.tooling
+ROOT = pathlib.Path(__file__).parents[1]
+
+
+def test_builtins_resolve_and_only_dyt_is_ours():
+    for name in ("dyt", "eager", "compile"):
+        impl = conformance.resolve(name)
+        assert impl.name == name and callable(impl.fn) and impl.ours == (name == "dyt")
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("nope", r"not a built-in \(dyt, eager, compile, liger\) and not of the form module:attr"),
+        ("no_such_module_xyz:f", r"module 'no_such_module_xyz' does not import"),
+        ("math:no_such_attr", r"math has no attribute 'no_such_attr'"),
+        ("math:pi", r"pi is a float, not a callable"),
+        ("os.path:join", None),  # a callable of (*paths): it can be called with four arguments
+        ("operator:neg", r"cannot be called as \(x, alpha, gamma, beta\)"),
+    ],
+)
+def test_bad_names_and_signatures_are_clear_errors(name, message):
+    if message is None:
+        assert conformance.resolve(name).fn is os.path.join
+        return
+    with pytest.raises(ValueError, match=message):
+        conformance.resolve(name)
+
+
+def test_liger_without_liger_kernel_says_so():
+    try:
+        import liger_kernel  # noqa: F401
+    except ImportError:
+        with pytest.raises(ValueError, match="--impl liger: its library does not import here"):
+            conformance.resolve("liger")
+    else:
+        assert conformance.resolve("liger").name == "liger"
+
+
+def _pytest(*args, env_extra=None, cwd=ROOT):
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def test_a_bad_impl_stops_the_run_before_any_test(tmp_path):
+    run = _pytest("tests/test_conformance.py", "--impl", "nope", env_extra={"DYT_REPORTS": str(tmp_path)})
+    assert run.returncode == 4, run.stdout + run.stderr  # pytest's usage error: nothing ran
+    assert "not a built-in" in run.stderr and " passed" not in run.stdout
+
+
+def test_other_implementations_skip_dyts_own_suites_and_carry_their_name(tmp_path):
+    """With --impl eager: a dyt-internal test is skipped as not applicable, a conformance test runs with
+    eager in its id, and its reproduce command names --impl eager."""
+    junit = tmp_path / "junit" / "t.xml"
+    tests = ("tests/test_conformance.py::test_empty_input", "tests/test_tree_rules.py")
+    env = {"DYT_REPORTS": str(tmp_path)}
+    run = _pytest(*tests, "--impl", "eager", f"--junitxml={junit}", "-rs", env_extra=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "not applicable to --impl eager: dyt's own suite" in run.stdout
+    text = junit.read_text()
+    assert 'name="test_empty_input[eager-(0, 64)]"' in text
+    assert "--impl eager 'tests/test_conformance.py::test_empty_input[eager-(0, 64)]'" in text
+    data = report.load_junit(junit.parent)
+    assert data.conformance[("eager", "test_empty_input")].passed == 2
+    assert data.own_suites["eager"].skipped >= 1 and not data.own_suites["eager"].passed
+
+
+def _case(name, impl, outcome):
+    body = {"pass": "", "skip": '<skipped message="GPU-only"/>',
+            "fail": '<failure message="AssertionError: y dtype">trace</failure>'}[outcome]  # fmt: skip
+    props = (f'<properties><property name="impl" value="{impl}"/><property name="reproduce" '
+             f'value="nox -s tests -- --impl {impl} \'{name}\'"/></properties>')  # fmt: skip
+    return f'<testcase classname="tests.test_conformance" name="{name}" time="0.1">{props}{body}</testcase>'
+
+
+def test_the_report_tabulates_implementations_by_check(tmp_path):
+    cases = [
+        _case("test_more_than_65535_rows[dyt]", "dyt", "pass"),
+        _case("test_more_than_65535_rows[liger]", "liger", "fail"),
+        _case("test_values_against_the_reference[liger-(64, 96)-fp32]", "liger", "pass"),
+        _case("test_values_against_the_reference[liger-(64, 96)-bf16]", "liger", "fail"),
+        _case("test_more_than_2_31_elements[dyt]", "dyt", "skip"),
+        '<testcase classname="tests.test_grid_limit" name="test_plan" time="0.1"/>',
+    ]
+    (tmp_path / "junit").mkdir()
+    (tmp_path / "junit" / "gpu_tests.xml").write_text(
+        textwrap.dedent(f"""<?xml version="1.0" encoding="utf-8"?>
+        <testsuites><testsuite name="gpu_tests" tests="6">{"".join(cases)}</testsuite></testsuites>""")
+    )
+    lines = report.conformance_section(report.load_junit(tmp_path / "junit"))
+    text = "\n".join(lines)
+    assert "| check | dyt | liger |" in text
+    assert "| test_more_than_65535_rows (rows past grid axis 1 (65,535)) | pass | fail 1/1 |" in text
+    assert "| test_values_against_the_reference | - | fail 1/2 |" in text
+    assert "| test_more_than_2_31_elements | skipped | - |" in text
+    assert (
+        "| dyt's own suites (plans, tiling paths, mutants, tooling) | 1 passed, 0 failed, 0 skipped |" in text
+    )
+    assert "- **liger** `test_more_than_65535_rows`: AssertionError: y dtype" in text
+    assert "`nox -s tests -- --impl liger 'test_more_than_65535_rows[liger]'`" in text
