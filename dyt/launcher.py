@@ -163,17 +163,12 @@ def backward(dy, x, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dt
     """(dx in x's shape, contiguous; dalpha (1,), dgamma (N,), dbeta (N,)), each in its own dtype. traced:
     the launches go through torch.library.wrap_triton, without PDL (the triton op's body, which Inductor
     traces and launches from its own code)."""
-    N = x.shape[-1]
     device = x.device
     o = _overrides
-    dx = _new(x.shape, _staged(dx_dtype), device, o.poison)
+    dtypes = (dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype)
+    dx, dalpha, dgamma, dbeta = grads = _gradient_buffers(x, x.shape[-1], dtypes, o.poison)
     if not dx.numel():
-        zeros = [torch.zeros(shape, dtype=dt, device=device) for shape, dt in
-                 (((1,), dalpha_dtype), ((N,), dgamma_dtype), ((N,), dbeta_dtype))]  # fmt: skip
-        return (_as(dx, dx_dtype), *zeros)
-    dalpha = _new((1,), _staged(dalpha_dtype), device, o.poison)
-    dgamma = _new((N,), _staged(dgamma_dtype), device, o.poison)
-    dbeta = _new((N,), _staged(dbeta_dtype), device, o.poison)
+        return grads
     plan = backward_plan(x, dy, o, pdl=not traced)
     partials = backward_partials(plan, device, o.poison)
     if traced:
@@ -184,6 +179,20 @@ def backward(dy, x, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dt
             launch_backward_main(plan, x, dy, dx, alpha, gamma, partials)
             launch_backward_finish(plan, partials, dgamma, dbeta, dalpha)
     return _as(dx, dx_dtype), _as(dalpha, dalpha_dtype), _as(dgamma, dgamma_dtype), _as(dbeta, dbeta_dtype)
+
+
+def _gradient_buffers(x, C: int, dtypes: tuple, poison: bool) -> tuple[torch.Tensor, ...]:
+    """(dx in x's shape, dalpha (1,), dgamma (C,), dbeta (C,)) for the kernels to write, in the dtypes
+    they write; where x has no elements, the finished results (dx empty, the parameter gradients zero)."""
+    dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype = dtypes
+    dx = _new(x.shape, _staged(dx_dtype), x.device, poison)
+    if not dx.numel():
+        zeros = [torch.zeros(shape, dtype=dt, device=x.device) for shape, dt in
+                 (((1,), dalpha_dtype), ((C,), dgamma_dtype), ((C,), dbeta_dtype))]  # fmt: skip
+        return (_as(dx, dx_dtype), *zeros)
+    params = [_new(shape, _staged(dt), x.device, poison) for shape, dt in
+              (((1,), dalpha_dtype), ((C,), dgamma_dtype), ((C,), dbeta_dtype))]  # fmt: skip
+    return (dx, *params)
 
 
 def backward_partials(plan: planner.BwdPlan, device, poison: bool = False) -> tuple[torch.Tensor, ...]:
@@ -253,14 +262,10 @@ def backward_channels_first(dy, x, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_
     C = x.shape[1]
     device = x.device
     o = _overrides
-    dx = _new(x.shape, _staged(dx_dtype), device, o.poison)
+    dtypes = (dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype)
+    dx, dalpha, dgamma, dbeta = grads = _gradient_buffers(x, C, dtypes, o.poison)
     if not dx.numel():
-        zeros = [torch.zeros(shape, dtype=dt, device=device) for shape, dt in
-                 (((1,), dalpha_dtype), ((C,), dgamma_dtype), ((C,), dbeta_dtype))]  # fmt: skip
-        return (_as(dx, dx_dtype), *zeros)
-    dalpha = _new((1,), _staged(dalpha_dtype), device, o.poison)
-    dgamma = _new((C,), _staged(dgamma_dtype), device, o.poison)
-    dbeta = _new((C,), _staged(dbeta_dtype), device, o.poison)
+        return grads
     plan = channels_first_plan(x, gamma, dy=dy, over=o)
     partials = (
         _new((plan.finish_rows, C), torch.float32, device, o.poison),

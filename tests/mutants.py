@@ -107,6 +107,30 @@ MUTANTS: dict[str, Mutant] = {
             expect="relative L2 error",
         ),
         Mutant(
+            name="channels_first_unmasked_padding",
+            bug="the channels-first backward computes z and dz in padding lanes unmasked",
+            module="dyt.kernels",
+            targets=(
+                (
+                    "dyt_bwd_cf_kernel",
+                    (
+                        ("z = tl.where(mask, alpha * x, 0.0)", "z = alpha * x", 1),
+                        (
+                            "dz = tl.where(mask, (dy * gamma[:, None]) * sech2, 0.0)",
+                            "dz = (dy * gamma[:, None]) * sech2",
+                            1,
+                        ),
+                    ),
+                ),
+            ),
+            suite="tests/test_channels_first.py",
+            tests=tuple(
+                f"tests/test_channels_first.py::test_nonfinite_alpha_with_padding[{a}]"
+                for a in ("+inf", "-inf")
+            ),
+            expect="a parameter gradient got NaN from padding",
+        ),
+        Mutant(
             name="long_lane_runs",
             bug="a backward program's tiles summed in one run: each lane one chain of float32 additions",
             module="dyt.planner",
