@@ -6,12 +6,14 @@
 #   DYT_GIT_SHA=<sha7> DYT_STEPS=bench,models DYT_BENCH_ARGS="--shapes small,model,mixed --append ..." ...
 #
 # Steps (DYT_STEPS, default matrix,bench,models): matrix = the GPU matrix on every visible GPU through
-# ci/entry.sh (one xdist worker each); bench = `python -m dyt bench $DYT_BENCH_ARGS`, gated against
-# reports/baselines/<gpu>.json; models = `python -m dyt bench --suite models $DYT_MODELS_ARGS`. The report
-# follows, and reports/ is tarred into $OUT/reports.tgz. Wheels in .whl/ (junitparser, liger-kernel) are
-# installed first. DYT_TUNE=1 first rewrites dyt/tables/sm90.json with `python -m dyt tune` on GPU 0.
-# Time limits: DYT_MATRIX_S, DYT_BENCH_S, DYT_MODELS_S, DYT_TUNE_S (a bench or model run stopped by one
-# keeps its rows).
+# ci/entry.sh (one xdist worker each); conformance = tests/test_conformance.py for each implementation in
+# DYT_IMPLS (default eager,compile,liger; not a default step); bench = `python -m dyt bench
+# $DYT_BENCH_ARGS`, gated against reports/baselines/<gpu>.json; models = `python -m dyt bench --suite
+# models $DYT_MODELS_ARGS`. The report follows, and reports/ is tarred into $OUT/reports.tgz. Wheels in
+# .whl/ (junitparser, liger-kernel) are installed first. DYT_TUNE=1 first rewrites dyt/tables/sm90.json
+# with `python -m dyt tune` on GPU 0. Time limits: DYT_MATRIX_S, DYT_CONFORMANCE_S (each
+# implementation), DYT_BENCH_S, DYT_MODELS_S, DYT_TUNE_S (a bench or model run stopped by one keeps its
+# rows).
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT" reports/perf
@@ -38,6 +40,21 @@ if has_step matrix; then
   echo "matrix (ci/entry.sh) rc=$? in $((SECONDS - start)) s"
   grep -E "passed|failed" reports/entry.log | tail -n 2
   grep -E "^FAILED" reports/entry.log | head -n 20
+fi
+
+if has_step conformance; then
+  # The conformance suite for each implementation in DYT_IMPLS (its verdict, one JUnit file each; dyt's
+  # own run is the matrix step's).
+  IFS=, read -r -a impls <<<"${DYT_IMPLS:-eager,compile,liger}"
+  for impl in "${impls[@]}"; do
+    start=$SECONDS
+    DYT_SESSION=gpu_tests DYT_REPORTS="$PWD/reports" timeout "${DYT_CONFORMANCE_S:-240}" \
+      python3 -m dyt.service.gpu_matrix tests/test_conformance.py --impl "$impl" -q \
+      --junitxml="reports/junit/gpu_tests-${impl//[^A-Za-z0-9_.]/_}.xml" \
+      >"reports/conformance-${impl//[^A-Za-z0-9_.]/_}.log" 2>&1
+    echo "conformance --impl $impl rc=$? in $((SECONDS - start)) s"
+    tail -n 1 "reports/conformance-${impl//[^A-Za-z0-9_.]/_}.log"
+  done
 fi
 
 if has_step bench; then
