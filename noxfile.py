@@ -168,7 +168,7 @@ def tests(session: nox.Session) -> None:
     if not session.posargs:
         # The paper's eager module through the same conformance checks: a verdict for the report, not a
         # condition of this session (pytest's exit 1, failed tests, passes; anything else does not).
-        args = ["-n", workers, "tests/test_conformance.py", "--impl", "eager"]
+        args = ["-n", workers, "-q", "--tb=line", "tests/test_conformance.py", "--impl", "eager"]
         session.run("python", *_pytest_args("tests", args), env=env, success_codes=[0, 1])
 
 
