@@ -116,3 +116,42 @@ def test_the_report_tabulates_implementations_by_check(tmp_path):
     )
     assert "- **liger** `test_more_than_65535_rows`: AssertionError: y dtype" in text
     assert "`nox -s tests -- --impl liger 'test_more_than_65535_rows[liger]'`" in text
+
+
+BROKEN_IMPL = """
+import os, time
+import torch
+
+def dyt(x, alpha, gamma, beta=None):
+    if x.shape[0] == 0:
+        os._exit(3)  # a crash of the implementation: its worker process dies
+    if x.shape == (70000, 8):
+        time.sleep(600)  # a hang
+    y = torch.tanh(alpha * x) * gamma
+    return y if beta is None else y + beta
+"""
+
+
+def test_a_crash_or_a_hang_of_the_implementation_fails_its_test_not_the_run(tmp_path):
+    """An implementation that kills its process on empty input and hangs on 70,000 rows: those tests fail
+    (the worker restarted, the hang ended by the timeout) and every other test still runs and reports."""
+    (tmp_path / "broken_dyt.py").write_text(BROKEN_IMPL)
+    junit = tmp_path / "junit" / "t.xml"
+    names = ("test_empty_input", "test_more_than_65535_rows", "test_bitwise_repeats")
+    tests = [f"tests/test_conformance.py::{name}" for name in names]
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}",
+               DYT_REPORTS=str(tmp_path))  # fmt: skip
+    env.pop("PYTEST_XDIST_WORKER", None)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "xdist", "-n", "1",
+           "--max-worker-restart", "4", "--timeout", "10", "--timeout-method", "thread", *tests,
+           "--impl", "broken_dyt:dyt", f"--junitxml={junit}"]  # fmt: skip
+    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    data = report.load_junit(junit.parent)
+    impl = "broken_dyt:dyt"
+    empty = data.conformance[(impl, "test_empty_input")]
+    assert (empty.failed, empty.passed) == (1, 1)  # (0, 64) killed its worker; (2, 0, 64) ran on
+    assert (
+        data.conformance[(impl, "test_more_than_65535_rows")].failed == 1
+    )  # the hang, stopped by the timeout
+    assert data.conformance[(impl, "test_bitwise_repeats")].passed == 1
