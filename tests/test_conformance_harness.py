@@ -4,6 +4,7 @@ that carry the implementation, and the report's conformance table."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import subprocess
@@ -105,8 +106,8 @@ def test_the_report_tabulates_implementations_by_check(tmp_path):
         textwrap.dedent(f"""<?xml version="1.0" encoding="utf-8"?>
         <testsuites><testsuite name="gpu_tests" tests="6">{"".join(cases)}</testsuite></testsuites>""")
     )
-    lines = report.conformance_section(report.load_junit(tmp_path / "junit"))
-    text = "\n".join(lines)
+    data = report.load_junit(tmp_path / "junit")
+    text = "\n".join(report.conformance_section(data))
     assert "| check | dyt | liger |" in text
     assert "| test_more_than_65535_rows (rows past grid axis 1 (65,535)) | pass | fail 1/1 |" in text
     assert "| test_values_against_the_reference | - | fail 1/2 |" in text
@@ -116,6 +117,12 @@ def test_the_report_tabulates_implementations_by_check(tmp_path):
     )
     assert "- **liger** `test_more_than_65535_rows`: AssertionError: y dtype" in text
     assert "`nox -s tests -- --impl liger 'test_more_than_65535_rows[liger]'`" in text
+    # Another implementation's failures are its verdict, in the table; the failures section is dyt's.
+    assert "no failures recorded" in "\n".join(report.failures_section(data, []))
+    ours = dataclasses.replace(data.failures[0], impl="dyt", nodeid="tests/test_x.py::t", reproduce="rerun t")
+    data.failures.append(ours)
+    failures = "\n".join(report.failures_section(data, []))
+    assert "tests/test_x.py::t" in failures and "[liger]" not in failures
 
 
 BROKEN_IMPL = """

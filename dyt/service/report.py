@@ -40,6 +40,7 @@ class Failure:
     excerpt: str
     reproduce: str
     properties: dict[str, str]
+    impl: str = "dyt"  # the implementation under test (--impl)
 
 
 @dataclass
@@ -179,6 +180,7 @@ def load_junit(junit_dir: Path) -> JunitData:
                 excerpt=_excerpt(bad.text),
                 reproduce=props.get("reproduce") or default_reproduce(session, nodeid),
                 properties=props,
+                impl=impl,
             )
             data.failures.append(failure)
             if verdict is not None:
@@ -606,10 +608,14 @@ def conformance_section(junit: JunitData) -> list[str]:
 
 
 def failures_section(junit: JunitData, notes: list[tuple[Path, str]]) -> list[str]:
+    """dyt's failures (another implementation's are its conformance verdict, tabulated above), and the
+    failures files of sessions for dyt."""
     out = ["## Failures", ""]
-    if not junit.failures and not notes:
+    ours = [f for f in junit.failures if f.impl == "dyt"]
+    notes = [(path, text) for path, text in notes if path.stem.count("-") == 1]  # failures-<session>.md
+    if not ours and not notes:
         return out + ["no failures recorded", ""]
-    for f in junit.failures[:MAX_FAILURES_SHOWN]:
+    for f in ours[:MAX_FAILURES_SHOWN]:
         extra = ", ".join(f"{k} {f.properties[k]}" for k in ("device", "worker", "seed") if k in f.properties)
         out.append(f"### {f.kind}: `{f.nodeid}`")
         out.append("")
@@ -630,7 +636,7 @@ def failures_section(junit: JunitData, notes: list[tuple[Path, str]]) -> list[st
                 "</details>",
                 "",
             ]
-    hidden = len(junit.failures) - MAX_FAILURES_SHOWN
+    hidden = len(ours) - MAX_FAILURES_SHOWN
     if hidden > 0:
         out += [f"... and {hidden} more failures (see the JUnit files)", ""]
     for path, text in notes:
