@@ -141,12 +141,14 @@ def _forward_op(
     x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None
 ) -> torch.Tensor:
     validate(x, alpha, gamma, beta)
+    backward_op()
     return forward_impl(x, alpha, gamma, beta)
 
 
 @_forward_op.register_fake
 def _(x, alpha, gamma, beta):
     validate(x, alpha, gamma, beta)
+    backward_op()  # registered while Dynamo traces, before AOTAutograd traces the backward
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
@@ -165,13 +167,13 @@ def _forward_as_expression(mode, func, types, args, kwargs):
 
 # The backward is a triton op where Triton compiles kernels (its body, traced by AOTAutograd, shows
 # Inductor the kernels and their launches); a custom op with a fake implementation where Triton is absent
-# or interprets (wrap_triton cannot trace interpreted kernels).
-_TRITON_OP = launcher is not None and not launcher.interpreter_active()
-_backward_op_kind = torch.library.triton_op if _TRITON_OP else torch.library.custom_op
+# or interprets (wrap_triton cannot trace interpreted kernels). It is registered at the first call or trace
+# of torch.ops.dyt.forward, not at import: registering a triton op imports Inductor (most of a second),
+# which eager calls never need.
+_backward_registered = False
 
 
-@_backward_op_kind("dyt::backward", mutates_args=())
-def _backward_op(
+def _backward_impl_op(
     dy: torch.Tensor, x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dx, dalpha shaped (1,), dgamma, dbeta); dbeta is in gamma's dtype when beta is None."""
@@ -179,18 +181,29 @@ def _backward_op(
     return backward_impl(dy, x, alpha, gamma, beta, traced=True)
 
 
-if not _TRITON_OP:
+def _backward_fake(dy, x, alpha, gamma, beta):
+    dbeta_dtype = gamma.dtype if beta is None else beta.dtype
+    C = x.shape[-1]
+    return (
+        torch.empty(x.shape, dtype=x.dtype, device=x.device),
+        torch.empty((1,), dtype=alpha.dtype, device=x.device),
+        torch.empty((C,), dtype=gamma.dtype, device=x.device),
+        torch.empty((C,), dtype=dbeta_dtype, device=x.device),
+    )
 
-    @_backward_op.register_fake
-    def _(dy, x, alpha, gamma, beta):
-        dbeta_dtype = gamma.dtype if beta is None else beta.dtype
-        C = x.shape[-1]
-        return (
-            torch.empty(x.shape, dtype=x.dtype, device=x.device),
-            torch.empty((1,), dtype=alpha.dtype, device=x.device),
-            torch.empty((C,), dtype=gamma.dtype, device=x.device),
-            torch.empty((C,), dtype=dbeta_dtype, device=x.device),
-        )
+
+def backward_op():
+    """torch.ops.dyt.backward, registered on the first call."""
+    global _backward_registered
+    if not _backward_registered:
+        if launcher is not None and not launcher.interpreter_active():
+            torch.library.triton_op("dyt::backward", _backward_impl_op, mutates_args=())
+        else:
+            torch.library.custom_op("dyt::backward", _backward_impl_op, mutates_args=()).register_fake(
+                _backward_fake
+            )
+        _backward_registered = True
+    return torch.ops.dyt.backward
 
 
 # Both autograd paths (the custom op's and _EagerDyT) save and return through these two.
@@ -216,7 +229,7 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, dy):
-    return _input_grads(ctx, torch.ops.dyt.backward(dy, *ctx.saved_tensors))
+    return _input_grads(ctx, backward_op()(dy, *ctx.saved_tensors))
 
 
 torch.library.register_autograd("dyt::forward", _backward, setup_context=_setup_context)

@@ -90,15 +90,13 @@ def test_output_and_gradient_dtypes(impl, x_dtype, param_dtype, seed):
 
 
 def test_float32_parameter_gradients_keep_their_precision(impl, seed):
-    """With bf16 x and float32 parameters, dgamma over 8192 rows is accurate to float32, not to bf16: a sum
-    rounded through x's dtype misses the reference by ~2^-9 of its size."""
+    """With bf16 x and float32 parameters, the parameter gradients over 8192 rows are float32 and accurate
+    to float32 (the tolerance table's float32 rule), not to bf16: a sum rounded through x's dtype misses the
+    reference by ~2^-9 of its size."""
     inp = make_inputs((8192, 64), torch.bfloat16, seed=seed, param_dtype=torch.float32)
     outs = _run(impl, inp)
+    assert all(t.dtype == torch.float32 for t in outs[2:]), [t.dtype for t in outs[2:]]
     check_against_reference(inp, outs)
-    ref = inp.dy.double() * torch.tanh(inp.alpha.detach().double() * inp.x.detach().double())
-    dgamma_ref = ref.sum(0)
-    rel = float((outs[3].double() - dgamma_ref).norm() / dgamma_ref.norm())
-    assert rel < 1e-4, f"dgamma's relative error {rel:.2e}: rounded through bfloat16?"
 
 
 def test_more_than_65535_rows(impl, seed):
@@ -157,11 +155,9 @@ def test_bad_input_raises_a_clear_error(impl, bad):
     a = torch.full((2 if bad == "alpha_elements" else 1,), 0.5, device=device())
     g = torch.ones(15 if bad == "gamma_width" else 16, device=device())
     with pytest.raises((ValueError, TypeError, RuntimeError, IndexError)):
-        y = impl.fn(x, a, g, None)
+        impl.fn(x, a, g, None)
         if on_gpu():
-            torch.cuda.synchronize()
-        # An implementation that returns a value must not return one of the wrong shape silently.
-        assert y.shape != x.shape, "no error, and a result of x's shape"
+            torch.cuda.synchronize()  # an error raised by the launch surfaces here
 
 
 @pytest.mark.parametrize("kind", ["row_slice", "transposed", "expanded_dy"])

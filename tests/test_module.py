@@ -400,12 +400,27 @@ def test_compiled_forward_is_the_plain_expression_and_the_backward_dyts_kernels(
         assert not any("dyt" in t for t in backward) and "aten.sum.dim_IntList" in backward, backward
 
 
+def test_importing_dyt_and_eager_calls_leave_inductor_unimported():
+    """Registering the backward's triton op imports Inductor (most of a second): it waits for the first
+    torch.ops.dyt.forward, which eager calls and `import dyt` never make."""
+    code = (
+        "import sys, torch, dyt\n"
+        "x = torch.randn(4, 8, requires_grad=True)\n"
+        "dyt.DyT(8)(x).sum().backward()\n"
+        "print('torch._inductor' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
 def test_custom_ops_are_registered_with_fake_kernels():
-    import dyt.ops  # noqa: F401  (importing the ops module is what registers torch.ops.dyt)
+    import dyt.ops  # noqa: F401  (importing the ops module registers torch.ops.dyt.forward)
 
     x = torch.empty(4, 7, 96, device="meta", dtype=torch.bfloat16)
     a, g = torch.empty(1, device="meta"), torch.empty(96, device="meta")
-    assert torch.ops.dyt.forward(x, a, g, None).shape == x.shape
+    assert torch.ops.dyt.forward(x, a, g, None).shape == x.shape  # its first call registers the backward
     dx, da, dg, db = torch.ops.dyt.backward(x, x, a, g, None)
     assert (dx.dtype, da.dtype, dg.shape) == (torch.bfloat16, torch.float32, (96,))
 

@@ -21,7 +21,7 @@ def paper(x, a, g, b):
 
 
 def through_copy(x, a, g, b):
-    """What DyT(channels_last=False) ran before the channels-first kernels: a channels-last copy."""
+    """DyT over dim 1 through a channels-last copy: the path without the channels-first kernels."""
     return dyt.dyt(x.movedim(1, -1), a, g, b).movedim(-1, 1)
 
 

@@ -43,7 +43,7 @@ def stub_launches() -> None:
     direct_launch._driver = types.SimpleNamespace(active=driver)
     ops._use_triton = lambda x: True
     launcher._INTERPRET = False
-    torch.cuda.current_device = lambda: 0  # a CPU build has no CUDA device to ask (trees that ask per call)
+    torch.cuda.current_device = lambda: 0  # a CPU build has no device to ask; a tree that asks gets 0
 
 
 def host_us(fn, n: int = 3000, repeats: int = 9) -> float:

@@ -143,7 +143,8 @@ def load_junit(junit_dir: Path) -> JunitData:
             counts.time_s += float(case.time or 0.0)
             results = case.result
             bad = next((r for r in results if isinstance(r, (JFailure, Error))), None)
-            impl = _properties(case).get("impl", suite_impl)
+            props = _properties(case)
+            impl = props.get("impl", suite_impl)
             verdict = None
             if suite == "conformance":
                 verdict = data.conformance.setdefault((impl, case.name.split("[")[0]), Verdict())
@@ -169,7 +170,6 @@ def load_junit(junit_dir: Path) -> JunitData:
                 counts.errors += 1
             else:
                 counts.failed += 1
-            props = _properties(case)
             nodeid = nodeid_of(case.classname, case.name)
             failure = Failure(
                 session=session,
