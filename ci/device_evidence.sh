@@ -7,7 +7,8 @@
 #
 # Steps (DYT_STEPS, default matrix,bench,models): matrix = the GPU matrix on every visible GPU through
 # ci/entry.sh (one xdist worker each); conformance = tests/test_conformance.py for each implementation in
-# DYT_IMPLS (default eager,compile,liger; not a default step); bench = `python -m dyt bench
+# DYT_IMPLS (default eager,compile,liger; not a default step), on DYT_CONFORMANCE_WORKERS xdist workers
+# (default one per GPU; Liger-Kernel compiles per shape, ~11 s a test); bench = `python -m dyt bench
 # $DYT_BENCH_ARGS`, gated against reports/baselines/<gpu>.json; models = `python -m dyt bench --suite
 # models $DYT_MODELS_ARGS`. The report follows, and reports/ is tarred into $OUT/reports.tgz. Wheels in
 # .whl/ (junitparser, liger-kernel) are installed first. DYT_TUNE=1 first rewrites dyt/tables/sm90.json
@@ -50,6 +51,7 @@ if has_step conformance; then
     start=$SECONDS
     DYT_SESSION=gpu_tests DYT_REPORTS="$PWD/reports" timeout "${DYT_CONFORMANCE_S:-240}" \
       python3 -m dyt.service.gpu_matrix tests/test_conformance.py --impl "$impl" -q \
+      ${DYT_CONFORMANCE_WORKERS:+-n "$DYT_CONFORMANCE_WORKERS"} \
       --junitxml="reports/junit/gpu_tests-${impl//[^A-Za-z0-9_.]/_}.xml" \
       >"reports/conformance-${impl//[^A-Za-z0-9_.]/_}.log" 2>&1
     echo "conformance --impl $impl rc=$? in $((SECONDS - start)) s"

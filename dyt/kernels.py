@@ -177,9 +177,10 @@ def _wait_for_primary(PDL: tl.constexpr):
 
 
 @triton.jit
-def _param_index(cols, GAMMA_PERIOD: tl.constexpr):
+def _param_index(cols, GAMMA_PERIOD: tl.constexpr, GAMMA_SPAN: tl.constexpr):
     """Index into gamma and beta: the column itself, or (rows folded, see dyt.planner.fold_factor) the
-    column modulo the true width: one AND for a power of two, else a remainder by a constant."""
+    column modulo the true width: one AND for a power of two, else a remainder by a constant; then, for
+    channels-first rows (GAMMA_SPAN = the spatial size L, see "Channels-first" below), that divided by L."""
     index = cols
     if GAMMA_PERIOD > 0:
         # Runs of RUN consecutive indices from multiples of RUN (the width's largest power-of-two divisor,
@@ -190,6 +191,8 @@ def _param_index(cols, GAMMA_PERIOD: tl.constexpr):
         else:
             index = cols % GAMMA_PERIOD
         index = tl.max_contiguous(tl.multiple_of(index, RUN), RUN)
+    if GAMMA_SPAN > 0:
+        index = index // GAMMA_SPAN
     return index
 
 
@@ -221,7 +224,8 @@ def dyt_fwd_kernel(
     M, N, n_elements, stride_xm, stride_ym,
     HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, N_COL_BLOCKS: tl.constexpr,
     INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr, GAMMA_PERIOD: tl.constexpr,
-    RAGGED: tl.constexpr, SIGN_SELECT: tl.constexpr, PDL: tl.constexpr, POLY_TERMS: tl.constexpr,
+    GAMMA_SPAN: tl.constexpr, RAGGED: tl.constexpr, SIGN_SELECT: tl.constexpr, PDL: tl.constexpr,
+    POLY_TERMS: tl.constexpr,
 ):  # fmt: skip
     """y = gamma * tanh(alpha * x) + beta for one BLOCK_M x BLOCK_N tile per program. With RAGGED folded
     rows the tensors hold n_elements, the last of the M rows in part.
@@ -243,7 +247,7 @@ def dyt_fwd_kernel(
 
     # Every load first, each converted to float32 where it is used: this order keeps the register count
     # the same at every column-block count (docs/kernels.md, "Forward").
-    index = _param_index(cols, GAMMA_PERIOD)
+    index = _param_index(cols, GAMMA_PERIOD, GAMMA_SPAN)
     alpha = tl.load(ALPHA).to(tl.float32)
     gamma = tl.load(GAMMA + index, mask=col_ok, other=0.0)
     if HAS_BETA:
@@ -291,13 +295,25 @@ def _bwd_tile(
 
 @triton.jit
 def _store_run_partials(PART_DGAMMA, PART_DBETA, PART_DALPHA, acc_dgamma, acc_dbeta, acc_dalpha,
-                        program_row, group_row, N, cols, col_ok, BLOCK_N: tl.constexpr,
-                        GAMMA_PERIOD: tl.constexpr, FOLD_COPIES: tl.constexpr):  # fmt: skip
+                        program_row, group_row, N, cols, col_ok, pid_n, n_col_blocks, BLOCK_N: tl.constexpr,
+                        GAMMA_PERIOD: tl.constexpr, FOLD_COPIES: tl.constexpr, GAMMA_SPAN: tl.constexpr,
+                        CHANNEL_SLOTS: tl.constexpr):  # fmt: skip
     """A run's partials: column sums of dgamma and dbeta at row group_row of (rows, N), or, with FOLD_COPIES
     (folded rows whose column block holds BLOCK_N // GAMMA_PERIOD whole copies of the true width, see
-    dyt.planner.BwdPlan.fold_copies), the copies added up here at row program_row of (rows, GAMMA_PERIOD);
-    dalpha's lanes added in float64 (the finish adds the runs' sums without float32 drift) at program_row."""
-    if FOLD_COPIES:
+    dyt.planner.BwdPlan.fold_copies), the copies added up here at row program_row of (rows, GAMMA_PERIOD),
+    or, for channels-first rows (GAMMA_SPAN), the sums of each channel the column block touches, in its
+    CHANNEL_SLOTS slots at row group_row of (rows, n_col_blocks * CHANNEL_SLOTS): slot k holds channel
+    (pid_n * BLOCK_N) // GAMMA_SPAN + k, and slots past the block's last channel hold 0. dalpha's lanes are
+    added in float64 (the finish adds the runs' sums without float32 drift) at program_row."""
+    if GAMMA_SPAN > 0:
+        slot = cols // GAMMA_SPAN - (pid_n * BLOCK_N) // GAMMA_SPAN
+        in_slot = slot[None, :] == tl.arange(0, CHANNEL_SLOTS)[:, None]
+        dgamma = tl.sum(tl.where(in_slot, tl.sum(acc_dgamma, axis=0)[None, :], 0.0), axis=1)
+        dbeta = tl.sum(tl.where(in_slot, tl.sum(acc_dbeta, axis=0)[None, :], 0.0), axis=1)
+        offsets = (group_row * n_col_blocks + pid_n) * CHANNEL_SLOTS + tl.arange(0, CHANNEL_SLOTS)
+        tl.store(PART_DGAMMA + offsets, dgamma)
+        tl.store(PART_DBETA + offsets, dbeta)
+    elif FOLD_COPIES:
         copies: tl.constexpr = BLOCK_N // GAMMA_PERIOD
         true_cols = tl.arange(0, GAMMA_PERIOD)
         dgamma = tl.sum(tl.reshape(tl.sum(acc_dgamma, axis=0), (copies, GAMMA_PERIOD)), axis=0)
@@ -319,7 +335,7 @@ def dyt_bwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, TANH: tl.constexpr,
     APPROX: tl.constexpr, STRIDED: tl.constexpr, NUM_STAGES: tl.constexpr, EVEN_N: tl.constexpr,
     GAMMA_PERIOD: tl.constexpr, RAGGED: tl.constexpr, PDL: tl.constexpr, LANE_RUN: tl.constexpr,
-    FOLD_COPIES: tl.constexpr,
+    FOLD_COPIES: tl.constexpr, GAMMA_SPAN: tl.constexpr, CHANNEL_SLOTS: tl.constexpr,
 ):  # fmt: skip
     """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
 
@@ -332,7 +348,8 @@ def dyt_bwd_kernel(
     float32's rounding over longer chains can leave the parameter gradients' contract), each
     run with fresh sums and its own partials: run r of R = cdiv(tiles_per_program, LANE_RUN) writes row
     g R + r of PART_DGAMMA/PART_DBETA (shape (n_groups R, N), float32; with FOLD_COPIES, folded rows whose
-    column blocks add up their whole copies of the true width, row p R + r of (programs R, GAMMA_PERIOD)) and
+    column blocks add up their whole copies of the true width, row p R + r of (programs R, GAMMA_PERIOD);
+    channels-first rows write per-channel sums, see _store_run_partials) and
     PART_DALPHA[p R + r] (float64); dyt_bwd_finish_kernel adds them up. Mostly R = 1 (see LANE_RUN_TILES).
 
     In a run, the tiles wholly inside the tensor come first, unmasked (EVEN_N: N is a multiple of BLOCK_N);
@@ -355,7 +372,8 @@ def dyt_bwd_kernel(
     col_ok = cols < N
 
     alpha = tl.load(ALPHA).to(tl.float32)
-    gamma = tl.load(GAMMA + _param_index(cols, GAMMA_PERIOD), mask=col_ok, other=0.0).to(tl.float32)
+    index = _param_index(cols, GAMMA_PERIOD, GAMMA_SPAN)
+    gamma = tl.load(GAMMA + index, mask=col_ok, other=0.0).to(tl.float32)
     # Rows past this program's tiles are masked like rows past M; n_whole counts its tiles that hold
     # BLOCK_M whole rows below row_end. RAGGED folded rows: the last row ends early.
     m_whole = M
@@ -399,9 +417,19 @@ def dyt_bwd_kernel(
                 acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, True,
             )  # fmt: skip
         _store_run_partials(PART_DGAMMA, PART_DBETA, PART_DALPHA, acc_dgamma, acc_dbeta, acc_dalpha,
-                            pid * n_runs + run, group * n_runs + run, N, cols, col_ok, BLOCK_N,
-                            GAMMA_PERIOD, FOLD_COPIES)  # fmt: skip
+                            pid * n_runs + run, group * n_runs + run, N, cols, col_ok, pid_n, n_col_blocks,
+                            BLOCK_N, GAMMA_PERIOD, FOLD_COPIES, GAMMA_SPAN, CHANNEL_SLOTS)  # fmt: skip
     _launch_dependents(PDL)
+
+
+@triton.jit
+def _finish_dalpha(PART_DALPHA, DALPHA, n_dalpha_partials, BLOCK: tl.constexpr):
+    """dalpha: the float64 partials added up in a fixed order, stored in alpha's dtype."""
+    acc_dalpha = tl.zeros((BLOCK,), dtype=tl.float64)
+    for p0 in range(0, n_dalpha_partials, BLOCK):
+        idx = p0 + tl.arange(0, BLOCK)
+        acc_dalpha += tl.load(PART_DALPHA + idx, mask=idx < n_dalpha_partials, other=0.0)
+    tl.store(DALPHA, tl.sum(acc_dalpha, axis=0).to(DALPHA.dtype.element_ty))
 
 
 @triton.jit
@@ -421,11 +449,7 @@ def dyt_bwd_finish_kernel(
     _launch_dependents(PDL)
     pid = tl.program_id(0)
     if pid == tl.num_programs(0) - 1:
-        acc_dalpha = tl.zeros((BLOCK_G * BLOCK_N,), dtype=tl.float64)
-        for p0 in range(0, n_dalpha_partials, BLOCK_G * BLOCK_N):
-            idx = p0 + tl.arange(0, BLOCK_G * BLOCK_N)
-            acc_dalpha += tl.load(PART_DALPHA + idx, mask=idx < n_dalpha_partials, other=0.0)
-        tl.store(DALPHA, tl.sum(acc_dalpha, axis=0).to(DALPHA.dtype.element_ty))
+        _finish_dalpha(PART_DALPHA, DALPHA, n_dalpha_partials, BLOCK_G * BLOCK_N)
     else:
         cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         col_ok = cols < N
@@ -441,77 +465,46 @@ def dyt_bwd_finish_kernel(
         tl.store(DBETA + cols, tl.sum(acc_dbeta, axis=0).to(DBETA.dtype.element_ty), mask=col_ok)
 
 
-# Channels-first: a contiguous (N, C, *spatial) tensor is R = N * C rows of L = prod(spatial) elements, row
-# r scaled by channel r % C's gamma and beta; the backward's per-channel sums are row sums, grouped by
-# channel in dyt_bwd_finish_kernel (docs/kernels.md, "Channels-first").
+# Channels-first: a contiguous (N, C, *spatial) tensor is N rows of W = C * L elements (L = prod(spatial)),
+# column j scaled by channel j // L's gamma and beta (GAMMA_SPAN = L): the row kernels run it as it is, and
+# the backward's column blocks add up their columns per channel; dyt_bwd_cf_finish_kernel adds those up
+# (docs/kernels.md, "Channels-first").
 
 
 @triton.jit
-def _cf_tile(pid, R, L, C, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, N_COL_BLOCKS: tl.constexpr,
-             INT64: tl.constexpr):  # fmt: skip
-    """Program pid's tile of the (R, L) rows: row indices, column indices, the element mask, each row's
-    channel, and the column block."""
-    pid_m = pid // N_COL_BLOCKS
-    pid_n = pid % N_COL_BLOCKS
-    if INT64:
-        pid_m = pid_m.to(tl.int64)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < R
-    mask = row_ok[:, None] & (cols < L)[None, :]
-    return rows, cols, row_ok, mask, rows % C, pid_n
-
-
-@triton.jit
-def dyt_fwd_cf_kernel(
-    X, Y, ALPHA, GAMMA, BETA,
-    R, L, C,
-    HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, N_COL_BLOCKS: tl.constexpr,
-    INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr, SIGN_SELECT: tl.constexpr,
-    POLY_TERMS: tl.constexpr,
+def dyt_bwd_cf_finish_kernel(
+    PART_DGAMMA, PART_DBETA, PART_DALPHA, DGAMMA, DBETA, DALPHA,
+    C, n_groups, n_col_blocks, n_dalpha_partials,
+    GAMMA_SPAN: tl.constexpr, MAIN_BLOCK_N: tl.constexpr, CHANNEL_SLOTS: tl.constexpr,
+    BLOCKS_PER_CHANNEL: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    """y = gamma[c] * tanh(alpha * x) + beta[c] over a channels-first tensor, one BLOCK_M x BLOCK_N tile of
-    its (R, L) rows per program; x and y contiguous, no copy of either."""
-    rows, cols, row_ok, mask, channel, _ = _cf_tile(tl.program_id(0), R, L, C, BLOCK_M, BLOCK_N,
-                                                    N_COL_BLOCKS, INT64)  # fmt: skip
-    alpha = tl.load(ALPHA).to(tl.float32)
-    gamma = tl.load(GAMMA + channel, mask=row_ok, other=0.0)
-    if HAS_BETA:
-        beta = tl.load(BETA + channel, mask=row_ok, other=0.0)
-    offsets = rows[:, None] * L + cols[None, :]
-    x = tl.load(X + offsets, mask=mask, other=0.0)
-    t = _tanh(alpha * x.to(tl.float32), TANH, APPROX, SIGN_SELECT, POLY_TERMS)
-    y = gamma.to(tl.float32)[:, None] * t
-    if HAS_BETA:
-        y = y + beta.to(tl.float32)[:, None]
-    tl.store(Y + offsets, y.to(Y.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def dyt_bwd_cf_kernel(
-    X, DY, DX, ALPHA, GAMMA, PART_DGAMMA, PART_DBETA, PART_DALPHA,
-    R, L, C,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, N_COL_BLOCKS: tl.constexpr, INT64: tl.constexpr,
-    TANH: tl.constexpr, APPROX: tl.constexpr,
-):  # fmt: skip
-    """One tile of the channels-first backward: dx, and the tile's partial sums. PART_DGAMMA and PART_DBETA
-    are (N_COL_BLOCKS, R) float32: row r's sums of dy * tanh and of dy over column block b at [b, r], so
-    that viewed as (N_COL_BLOCKS * N, C) each column holds one channel's terms (the finish adds them);
-    PART_DALPHA[pid] is the tile's sum of dz * x in float64. z and dz are masked where padding could make
-    NaN (alpha or gamma infinite: dyt_bwd_kernel's _bwd_tile)."""
+    """dyt_bwd_finish_kernel for channels-first partials: PART_DGAMMA and PART_DBETA are (n_groups,
+    n_col_blocks * CHANNEL_SLOTS) float32, where column block b's slot k holds channel
+    (b * MAIN_BLOCK_N) // GAMMA_SPAN + k (dyt_bwd_kernel's _store_run_partials). Channel c's columns
+    c L .. c L + L - 1 lie in at most BLOCKS_PER_CHANNEL consecutive column blocks; each program adds up
+    BLOCK_C channels over those blocks and the row groups in a fixed order, the last program dalpha."""
+    _wait_for_primary(PDL)
+    _launch_dependents(PDL)
     pid = tl.program_id(0)
-    rows, cols, row_ok, mask, channel, pid_n = _cf_tile(pid, R, L, C, BLOCK_M, BLOCK_N, N_COL_BLOCKS, INT64)
-    alpha = tl.load(ALPHA).to(tl.float32)
-    gamma = tl.load(GAMMA + channel, mask=row_ok, other=0.0).to(tl.float32)
-    offsets = rows[:, None] * L + cols[None, :]
-    x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(DY + offsets, mask=mask, other=0.0).to(tl.float32)
-    z = tl.where(mask, alpha * x, 0.0)
-    t, sech2 = _tanh_sech2(z, TANH, APPROX)
-    dz = tl.where(mask, (dy * gamma[:, None]) * sech2, 0.0)
-    tl.store(DX + offsets, (dz * alpha).to(DX.dtype.element_ty), mask=mask)
-    part = pid_n * R + rows
-    tl.store(PART_DGAMMA + part, tl.sum(dy * t, axis=1), mask=row_ok)
-    tl.store(PART_DBETA + part, tl.sum(dy, axis=1), mask=row_ok)
-    dalpha = tl.sum(tl.sum((dz * x).to(tl.float64), axis=1), axis=0)
-    tl.store(PART_DALPHA + pid + tl.arange(0, 1), tl.zeros((1,), dtype=tl.float64) + dalpha)
+    if pid == tl.num_programs(0) - 1:
+        _finish_dalpha(PART_DALPHA, DALPHA, n_dalpha_partials, BLOCK_G * BLOCK_C)
+    else:
+        channels = pid * BLOCK_C + tl.arange(0, BLOCK_C)
+        channel_ok = channels < C
+        first_block = (channels * GAMMA_SPAN) // MAIN_BLOCK_N
+        last_block = (channels * GAMMA_SPAN + GAMMA_SPAN - 1) // MAIN_BLOCK_N
+        width = n_col_blocks * CHANNEL_SLOTS
+        acc_dgamma = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
+        acc_dbeta = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
+        for j in range(0, BLOCKS_PER_CHANNEL):
+            block = first_block + j
+            ok = channel_ok & (block <= last_block)
+            slot = block * CHANNEL_SLOTS + channels - (block * MAIN_BLOCK_N) // GAMMA_SPAN
+            for g0 in range(0, n_groups, BLOCK_G):
+                groups = g0 + tl.arange(0, BLOCK_G)
+                mask = (groups < n_groups)[:, None] & ok[None, :]
+                offs = groups[:, None] * width + slot[None, :]
+                acc_dgamma += tl.load(PART_DGAMMA + offs, mask=mask, other=0.0)
+                acc_dbeta += tl.load(PART_DBETA + offs, mask=mask, other=0.0)
+        tl.store(DGAMMA + channels, tl.sum(acc_dgamma, axis=0).to(DGAMMA.dtype.element_ty), mask=channel_ok)
+        tl.store(DBETA + channels, tl.sum(acc_dbeta, axis=0).to(DBETA.dtype.element_ty), mask=channel_ok)

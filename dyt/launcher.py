@@ -2,7 +2,9 @@
 
 Inputs arrive as rows of their last dimension with unit stride (dyt.ops makes them so): an (M, N) view
 whose rows may be strided, or a contiguous tensor of any rank (its M = numel / N rows, taken as they are:
-a reshape per call costs host time). Outputs have the input's shape, contiguous. The plans hold every
+a reshape per call costs host time); with channels_first, a contiguous (n, C, *spatial) tensor, which is n
+rows of C * L elements (L = prod(spatial), the plans' channel_span). Outputs have the input's shape,
+contiguous. The plans hold every
 kernel argument but the tensors; this module decides nothing about a launch. It holds the process's
 launch overrides (`overrides()`, for tests and tools) and passes them to the planner.
 """
@@ -52,8 +54,7 @@ def current_overrides() -> planner.Overrides:
 FORWARD = direct_launch.CompiledKernel(kernels.dyt_fwd_kernel)
 BACKWARD = direct_launch.CompiledKernel(kernels.dyt_bwd_kernel)
 FINISH = direct_launch.CompiledKernel(kernels.dyt_bwd_finish_kernel)
-FORWARD_CF = direct_launch.CompiledKernel(kernels.dyt_fwd_cf_kernel)
-BACKWARD_CF = direct_launch.CompiledKernel(kernels.dyt_bwd_cf_kernel)
+FINISH_CF = direct_launch.CompiledKernel(kernels.dyt_bwd_cf_finish_kernel)
 
 
 @functools.cache
@@ -73,48 +74,56 @@ def target_of(device: torch.device) -> planner.Target:
 # Plans are pure functions of their arguments; all but those of a swapped table (a dict) are cached, since
 # host time per call is what small shapes pay.
 @functools.lru_cache(maxsize=1024)
-def _cached_forward(M, N, itemsize, x_stride, param_itemsize, has_beta, device, overrides):
+def _cached_forward(M, N, itemsize, x_stride, param_itemsize, has_beta, span, device, overrides):
     return planner.plan_forward(M, N, itemsize, x_stride=x_stride, param_itemsize=param_itemsize,
-                                has_beta=has_beta, target=target_of(device), overrides=overrides)  # fmt: skip
+                                has_beta=has_beta, channel_span=span, target=target_of(device),
+                                overrides=overrides)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_backward(M, N, itemsize, x_stride, dy_stride, device, overrides, pdl=True):
+def _cached_backward(M, N, itemsize, x_stride, dy_stride, span, device, overrides, pdl=True):
     target = target_of(device)
     if not pdl:
         target = dataclasses.replace(target, allow_pdl=False)
-    return planner.plan_backward(M, N, itemsize, x_stride=x_stride, dy_stride=dy_stride, target=target,
-                                 overrides=overrides)  # fmt: skip
+    return planner.plan_backward(M, N, itemsize, x_stride=x_stride, dy_stride=dy_stride, channel_span=span,
+                                 target=target, overrides=overrides)  # fmt: skip
 
 
-def rows_of(t: torch.Tensor) -> tuple[int, int, int]:
-    """(M, N, row stride) of a row layout: a 2-D view with unit column stride, or a contiguous tensor."""
+def rows_of(t: torch.Tensor, channels_first: bool = False) -> tuple[int, int, int, int]:
+    """(M, N, row stride, channel span) of a row layout: a 2-D view with unit column stride, or a
+    contiguous tensor; with channels_first, a contiguous (n, C, *spatial) tensor: n rows of C * L, span L
+    (a 2-D one is plain rows)."""
     if t.dim() == 2:
         M, N = t.shape
-        return M, N, t.stride(0)
+        return M, N, t.stride(0), 1
+    if channels_first:
+        M = t.shape[0]
+        N = t.numel() // M if M else 0
+        return M, N, N, N // t.shape[1] if N else 1
     N = t.shape[-1]
-    return (t.numel() // N if N else 0), N, N
+    return (t.numel() // N if N else 0), N, N, 1
 
 
-def forward_plan(x: torch.Tensor, gamma=None, beta=None, over: planner.Overrides | None = None):
+def forward_plan(x: torch.Tensor, gamma=None, beta=None, over: planner.Overrides | None = None,
+                 channels_first: bool = False):  # fmt: skip
     """The forward's plan for these tensors (gamma's and beta's dtypes matter where they are wider than
     x's: planner.FP32_PARAMS). Parameters no wider than x plan, and share the cached plan, as x alone."""
     o = over or _overrides
-    M, N, stride = rows_of(x)
+    M, N, stride, span = rows_of(x, channels_first)
     itemsize = param_itemsize = x.element_size()
     if gamma is not None:
         param_itemsize = max(itemsize, gamma.element_size(), 0 if beta is None else beta.element_size())
-    args = (M, N, itemsize, stride, param_itemsize, gamma is None or beta is not None, x.device, o)
+    args = (M, N, itemsize, stride, param_itemsize, gamma is None or beta is not None, span, x.device, o)
     return _cached_forward.__wrapped__(*args) if o.table is not None else _cached_forward(*args)
 
 
 def backward_plan(x: torch.Tensor, dy: torch.Tensor, over: planner.Overrides | None = None, *,
-                  pdl: bool = True):  # fmt: skip
+                  pdl: bool = True, channels_first: bool = False):  # fmt: skip
     """The backward's plan for these tensors; pdl=False plans its launches without PDL."""
     o = over or _overrides
-    M, N, x_stride = rows_of(x)
+    M, N, x_stride, span = rows_of(x, channels_first)
     itemsize = max(x.element_size(), dy.element_size())
-    args = (M, N, itemsize, x_stride, rows_of(dy)[2], x.device, o, pdl)
+    args = (M, N, itemsize, x_stride, rows_of(dy, channels_first)[2], span, x.device, o, pdl)
     return _cached_backward.__wrapped__(*args) if o.table is not None else _cached_backward(*args)
 
 
@@ -143,12 +152,12 @@ def _current(device: torch.device):
     return contextlib.nullcontext()
 
 
-def forward(x, alpha, gamma, beta, out_dtype) -> torch.Tensor:
+def forward(x, alpha, gamma, beta, out_dtype, *, channels_first: bool = False) -> torch.Tensor:
     """y in x's shape, contiguous, in out_dtype."""
     o = _overrides
     y = _new(x.shape, _staged(out_dtype), x.device, o.poison)
     if y.numel():
-        launch_forward(forward_plan(x, gamma, beta, o), x, y, alpha, gamma, beta)
+        launch_forward(forward_plan(x, gamma, beta, o, channels_first), x, y, alpha, gamma, beta)
     return _as(y, out_dtype)
 
 
@@ -159,21 +168,23 @@ def launch_forward(plan: planner.FwdPlan, x, y, alpha, gamma, beta) -> None:
         FORWARD.launch(plan.kernel, tensors, direct=not _INTERPRET)
 
 
-def backward(dy, x, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype, *, traced=False):
-    """(dx in x's shape, contiguous; dalpha (1,), dgamma (N,), dbeta (N,)), each in its own dtype. traced:
+def backward(dy, x, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype, *, traced=False,
+             channels_first=False):  # fmt: skip
+    """(dx in x's shape, contiguous; dalpha (1,), dgamma (C,), dbeta (C,)), each in its own dtype. traced:
     the launches go through torch.library.wrap_triton, without PDL (the triton op's body, which Inductor
     traces and launches from its own code)."""
     device = x.device
     o = _overrides
     dtypes = (dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype)
-    dx, dalpha, dgamma, dbeta = grads = _gradient_buffers(x, x.shape[-1], dtypes, o.poison)
+    C = x.shape[1] if channels_first else x.shape[-1]
+    dx, dalpha, dgamma, dbeta = grads = _gradient_buffers(x, C, dtypes, o.poison)
     if not dx.numel():
         return grads
-    plan = backward_plan(x, dy, o, pdl=not traced)
+    plan = backward_plan(x, dy, o, pdl=not traced, channels_first=channels_first)
     partials = backward_partials(plan, device, o.poison)
     if traced:
         _traced_launch(BACKWARD, plan.main, (x, dy, dx, alpha, gamma, *partials))
-        _traced_launch(FINISH, plan.finish, (*partials, dgamma, dbeta, dalpha))
+        _traced_launch(finish_kernel(plan), plan.finish, (*partials, dgamma, dbeta, dalpha))
     else:
         with _current(device):
             launch_backward_main(plan, x, dy, dx, alpha, gamma, partials)
@@ -199,8 +210,8 @@ def backward_partials(plan: planner.BwdPlan, device, poison: bool = False) -> tu
     """The main kernel's partial sums, per run of each program (plan.finish_rows, plan.n_dalpha_partials):
     dgamma and dbeta in float32, dalpha in float64."""
     return (
-        _new((plan.finish_rows, plan.param_width), torch.float32, device, poison),
-        _new((plan.finish_rows, plan.param_width), torch.float32, device, poison),
+        _new((plan.finish_rows, plan.partial_width), torch.float32, device, poison),
+        _new((plan.finish_rows, plan.partial_width), torch.float32, device, poison),
         _new((plan.n_dalpha_partials,), torch.float64, device, poison),
     )
 
@@ -210,10 +221,15 @@ def launch_backward_main(plan: planner.BwdPlan, x, dy, dx, alpha, gamma, partial
     BACKWARD.launch(plan.main, (x, dy, dx, alpha, gamma, *partials), direct=not _INTERPRET)
 
 
+def finish_kernel(plan: planner.BwdPlan) -> direct_launch.CompiledKernel:
+    """The plan's finishing kernel: dyt_bwd_cf_finish_kernel for channels-first rows."""
+    return FINISH_CF if plan.gamma_span else FINISH
+
+
 def launch_backward_finish(plan: planner.BwdPlan, partials, dgamma, dbeta, dalpha) -> None:
-    """dyt_bwd_finish_kernel: the partials added up in a fixed order; with PDL, launched while the main
-    kernel ends."""
-    FINISH.launch(plan.finish, (*partials, dgamma, dbeta, dalpha), direct=not _INTERPRET)
+    """dyt_bwd_finish_kernel (or its channels-first form): the partials added up in a fixed order; with
+    PDL, launched while the main kernel ends."""
+    finish_kernel(plan).launch(plan.finish, (*partials, dgamma, dbeta, dalpha), direct=not _INTERPRET)
 
 
 def _traced_launch(kernel: direct_launch.CompiledKernel, spec: planner.KernelLaunch, tensors) -> None:
@@ -223,56 +239,3 @@ def _traced_launch(kernel: direct_launch.CompiledKernel, spec: planner.KernelLau
     assert not spec.pdl, "launches traced for torch.compile are planned without PDL"
     constexprs = dict(spec.constexprs)
     wrap_triton(kernel.kernel)[spec.grid](*tensors, *spec.scalars, **constexprs, num_warps=spec.num_warps)
-
-
-# Channels-first: contiguous (N, C, *spatial) tensors, copy-free (planner.plan_channels_first).
-
-
-@functools.lru_cache(maxsize=1024)
-def _cached_channels_first(n, C, L, itemsize, param_itemsize, has_beta, device, overrides):
-    return planner.plan_channels_first(n, C, L, itemsize, param_itemsize=param_itemsize, has_beta=has_beta,
-                                       target=target_of(device), overrides=overrides)  # fmt: skip
-
-
-def channels_first_plan(x: torch.Tensor, gamma, beta=None, dy=None, over: planner.Overrides | None = None):
-    """The channels-first plan for a contiguous x (N, C, *spatial) and its parameters (and dy)."""
-    o = over or _overrides
-    n, C = x.shape[0], x.shape[1]
-    L = x.numel() // (n * C) if n * C else 1
-    itemsize = x.element_size() if dy is None else max(x.element_size(), dy.element_size())
-    param_itemsize = max(itemsize, gamma.element_size(), 0 if beta is None else beta.element_size())
-    args = (n, C, L, itemsize, param_itemsize, beta is not None, x.device, o)
-    return _cached_channels_first.__wrapped__(*args) if o.table is not None else _cached_channels_first(*args)
-
-
-def forward_channels_first(x, alpha, gamma, beta, out_dtype) -> torch.Tensor:
-    """y in x's (N, C, *spatial) shape, contiguous, in out_dtype; x contiguous."""
-    o = _overrides
-    y = _new(x.shape, _staged(out_dtype), x.device, o.poison)
-    if y.numel():
-        plan = channels_first_plan(x, gamma, beta, over=o)
-        with _current(x.device):
-            FORWARD_CF.launch(plan.forward, (x, y, alpha, gamma, gamma if beta is None else beta),
-                              direct=not _INTERPRET)  # fmt: skip
-    return _as(y, out_dtype)
-
-
-def backward_channels_first(dy, x, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype):
-    """(dx in x's shape, contiguous; dalpha (1,), dgamma (C,), dbeta (C,)); x and dy contiguous."""
-    C = x.shape[1]
-    device = x.device
-    o = _overrides
-    dtypes = (dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype)
-    dx, dalpha, dgamma, dbeta = grads = _gradient_buffers(x, C, dtypes, o.poison)
-    if not dx.numel():
-        return grads
-    plan = channels_first_plan(x, gamma, dy=dy, over=o)
-    partials = (
-        _new((plan.finish_rows, C), torch.float32, device, o.poison),
-        _new((plan.finish_rows, C), torch.float32, device, o.poison),
-        _new((plan.n_dalpha_partials,), torch.float64, device, o.poison),
-    )
-    with _current(device):
-        BACKWARD_CF.launch(plan.backward, (x, dy, dx, alpha, gamma, *partials), direct=not _INTERPRET)
-        FINISH.launch(plan.finish, (*partials, dgamma, dbeta, dalpha), direct=not _INTERPRET)
-    return _as(dx, dx_dtype), _as(dalpha, dalpha_dtype), _as(dgamma, dgamma_dtype), _as(dbeta, dbeta_dtype)

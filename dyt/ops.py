@@ -299,15 +299,15 @@ class _EagerDyTChannelsFirst(torch.autograd.Function):
     def backward(ctx, dy):
         x, alpha, gamma, beta = ctx.saved_tensors
         dtypes = (x.dtype, alpha.dtype, gamma.dtype, gamma.dtype if beta is None else beta.dtype)
-        grads = launcher.backward_channels_first(
-            dy.contiguous(), x, _as_one(alpha), gamma.contiguous(), *dtypes
+        grads = launcher.backward(
+            dy.contiguous(), x, _as_one(alpha), gamma.contiguous(), *dtypes, channels_first=True
         )
         return _input_grads(ctx, grads)
 
 
 def _forward_channels_first(x, alpha, gamma, beta):
     beta = None if beta is None else beta.contiguous()
-    return launcher.forward_channels_first(x, _as_one(alpha), gamma.contiguous(), beta, x.dtype)
+    return launcher.forward(x, _as_one(alpha), gamma.contiguous(), beta, x.dtype, channels_first=True)
 
 
 def dyt_channels_first(

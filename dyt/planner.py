@@ -121,6 +121,7 @@ class TilePlan:
     int64: bool
     tanh: int
     gamma_period: int  # 0, or the true width when rows were folded (M, N are then the folded view's)
+    gamma_span: int  # 0, or channels-first rows' spatial size L: column j takes parameter j // L
     ragged: bool  # folded rows of which the last ends early (its columns masked by the element count)
     n_elements: int  # the element count the kernels mask the last folded row by (0 where not ragged)
     pdl: bool
@@ -131,8 +132,8 @@ class TilePlan:
 
     @property
     def param_width(self) -> int:
-        """The width of gamma, beta and their gradients (the caller's N)."""
-        return self.gamma_period or self.N
+        """The width of gamma, beta and their gradients (the caller's N; channels-first, its C)."""
+        return (self.gamma_period or self.N) // max(self.gamma_span, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +148,7 @@ class FwdPlan(TilePlan):
 @dataclasses.dataclass(frozen=True)
 class BwdPlan(TilePlan):
     """A persistent grid over row groups (`main`, dyt_bwd_kernel), its partial sums reduced by a finishing
-    launch (`finish`, dyt_bwd_finish_kernel)."""
+    launch (`finish`: dyt_bwd_finish_kernel, or dyt_bwd_cf_finish_kernel for channels-first rows)."""
 
     n_groups: int  # row groups: rows of the (n_groups, N) partial buffers
     tiles_per_program: int
@@ -162,8 +163,9 @@ class BwdPlan(TilePlan):
     # after the loop can slow the loop itself (docs/kernels.md, "Folded rows").
     copies_as_rows: int
     copies_in_block: int  # see fold_copies_in_block
-    finish_rows: int  # rows of the (finish_rows, param_width) float32 partial buffers
+    finish_rows: int  # rows of the (finish_rows, partial_width) float32 partial buffers
     n_dalpha_partials: int  # float64 partials of dalpha: one per run of each program
+    channel_slots: int  # channels-first rows: per-channel sums each column block writes (else 0)
     main: KernelLaunch
     finish: KernelLaunch
 
@@ -172,9 +174,14 @@ class BwdPlan(TilePlan):
         """Runs of lane_run tiles per program, each with its own partial rows."""
         return cdiv(self.tiles_per_program, self.lane_run)
 
+    @property
+    def partial_width(self) -> int:
+        """Columns of the partial buffers: param_width, or channels-first, each column block's slots."""
+        return self.n_col_blocks * self.channel_slots if self.gamma_span else self.param_width
+
     def partial_bytes(self) -> int:
         """Bytes the partial buffers cost: written once by the main kernel, read once by the finish."""
-        return 2 * (4 * 2 * self.finish_rows * self.param_width + 8 * self.n_dalpha_partials)
+        return 2 * (4 * 2 * self.finish_rows * self.partial_width + 8 * self.n_dalpha_partials)
 
 
 def path_name(n_col_blocks: int) -> str:
@@ -318,13 +325,15 @@ class _View:
     gamma_period: int = 0
     ragged: bool = False
     n_elements: int = 0  # with ragged rows, the true element count (it bounds the last row); else 0
+    gamma_span: int = 0  # channels-first rows: their spatial size (TilePlan.gamma_span)
 
 
-def _folded_view(M: int, N: int, row_strides: tuple[int, ...], fold: int) -> _View:
+def _folded_view(M: int, N: int, row_strides: tuple[int, ...], fold: int, gamma_span: int = 0) -> _View:
     """fold rows of N as one row of N * fold (see fold_factor): every stride is the wide row's width."""
     wide = N * fold
     ragged = (M * N) % wide != 0
-    return _View(cdiv(M * N, wide), wide, tuple(wide for _ in row_strides), N, ragged, M * N if ragged else 0)
+    strides = tuple(wide for _ in row_strides)
+    return _View(cdiv(M * N, wide), wide, strides, N, ragged, M * N if ragged else 0, gamma_span)
 
 
 def _tile_fields(entry, view: _View, tile, n_row_programs, target: Target, overrides: Overrides) -> dict:
@@ -339,7 +348,8 @@ def _tile_fields(entry, view: _View, tile, n_row_programs, target: Target, overr
                 n_col_blocks=n_col_blocks, grid=(n_programs,),
                 int64=needs_int64(view.M, view.N, view.row_strides, block_m, overrides.int64),
                 tanh=tanh_method(overrides, target.interpreter), gamma_period=view.gamma_period,
-                ragged=view.ragged, n_elements=view.n_elements, pdl=target.pdl)  # fmt: skip
+                gamma_span=view.gamma_span, ragged=view.ragged, n_elements=view.n_elements,
+                pdl=target.pdl)  # fmt: skip
 
 
 def plan_forward(
@@ -350,10 +360,12 @@ def plan_forward(
     x_stride: int | None = None,
     param_itemsize: int | None = None,
     has_beta: bool = True,
+    channel_span: int = 0,
     target: Target = Target(),
     overrides: Overrides = DEFAULTS,
 ) -> FwdPlan:
     """The forward of x (M, N) with row stride x_stride (default N: contiguous) into a contiguous y.
+    channel_span L > 1: the rows are a channels-first tensor's (N = C * L), column j taking gamma[j // L].
 
     One program per tile. param_itemsize: the widest of gamma's and beta's element sizes (default: x's),
     which picks an entry's fp32_params tile (FP32_PARAMS); folded rows may take its folded tile (FOLDED).
@@ -362,11 +374,12 @@ def plan_forward(
     x_stride = N if x_stride is None else x_stride
     param_itemsize = param_itemsize or itemsize
     table = table_of(target, overrides)
-    view = _View(M, N, (x_stride, N))
+    span = _span(channel_span, N)
+    view = _View(M, N, (x_stride, N), gamma_span=span)
     entry = forward_entry(table, itemsize, N, param_itemsize, M * N)
     fold = fold_factor(M, N, view.row_strides, powers_of_two_only=True)
     if fold > 1:
-        wide = _folded_view(M, N, view.row_strides, fold)
+        wide = _folded_view(M, N, view.row_strides, fold, span)
         wide_entry = forward_entry(table, itemsize, wide.N, param_itemsize, M * N, folded=True)
         block_n = tile_shape(wide_entry, wide.N)[1]
         if block_n % N == 0 or wide.N % block_n == 0:
@@ -380,8 +393,8 @@ def plan_forward(
     constexprs = (
         ("HAS_BETA", has_beta), ("BLOCK_M", tile[0]), ("BLOCK_N", tile[1]), ("N_COL_BLOCKS", tile[2]),
         ("INT64", fields["int64"]), ("TANH", fields["tanh"]), ("APPROX", not target.interpreter),
-        ("GAMMA_PERIOD", view.gamma_period), ("RAGGED", view.ragged), ("SIGN_SELECT", sign_select),
-        ("PDL", target.pdl), ("POLY_TERMS", poly),
+        ("GAMMA_PERIOD", view.gamma_period), ("GAMMA_SPAN", view.gamma_span), ("RAGGED", view.ragged),
+        ("SIGN_SELECT", sign_select), ("PDL", target.pdl), ("POLY_TERMS", poly),
     )  # fmt: skip
     kernel = KernelLaunch(
         grid=fields["grid"],
@@ -400,6 +413,7 @@ def plan_backward(
     *,
     x_stride: int | None = None,
     dy_stride: int | None = None,
+    channel_span: int = 0,
     target: Target = Target(),
     overrides: Overrides = DEFAULTS,
 ) -> BwdPlan:
@@ -410,11 +424,13 @@ def plan_backward(
     rows fold like the forward's, 768 into 3072 too; where the wide rows' column blocks do not hold whole
     copies of the true width (768 in rows of 3072), a program writes N // gamma_period times more partials,
     and where the partial budget then allows fewer programs than the rows unfolded get, they stay unfolded
-    (docs/kernels.md, "Folded rows")."""
+    (docs/kernels.md, "Folded rows"). channel_span L > 1: channels-first rows, as plan_forward's; they do
+    not fold, and their column blocks write per-channel sums (CHANNEL_SLOTS)."""
     row_strides = (N if x_stride is None else x_stride, N if dy_stride is None else dy_stride, N)
     table = table_of(target, overrides)
-    view = _View(M, N, row_strides)
-    fold = fold_factor(M, N, row_strides)
+    span = _span(channel_span, N)
+    view = _View(M, N, row_strides, gamma_span=span)
+    fold = 1 if span else fold_factor(M, N, row_strides)
     if fold > 1:
         wide = _folded_view(M, N, row_strides, fold)
         block_n = tile_shape(table_entry(table, "bwd", itemsize, wide.N), wide.N)[1]
@@ -425,6 +441,33 @@ def plan_backward(
             unfolded = _plan_backward_view(table, view, itemsize, target, overrides)
             return unfolded if unfolded.grid[0] > folded.grid[0] else folded
     return _plan_backward_view(table, view, itemsize, target, overrides)
+
+
+def _span(channel_span: int, N: int) -> int:
+    """The plans' gamma_span: channel_span past 1 (spatial size 1 is plain rows), which must divide N."""
+    if channel_span > 1 and N % channel_span:
+        raise ValueError(f"channels-first rows of {N} columns do not hold whole channels of {channel_span}")
+    return channel_span if channel_span > 1 else 0
+
+
+# A channels-first column block adds up its columns per channel in a (CHANNEL_SLOTS, BLOCK_N) select after
+# its loop (dyt.kernels._store_run_partials): BLOCK_N is halved, and BLOCK_M doubled, until that select
+# holds at most CF_SLOT_TILE elements (docs/kernels.md, "Channels-first").
+CF_SLOT_TILE = 4096
+CF_MIN_BLOCK_N = 16
+
+
+def channel_slots(block_n: int, span: int) -> int:
+    """Slots for the channels that block_n consecutive columns of span-wide channels can touch."""
+    return next_pow2((block_n - 1) // span + 2)
+
+
+def _channels_first_entry(entry: dict, span: int) -> dict:
+    tile = entry["BLOCK_M"] * entry["BLOCK_N"]
+    block_n = entry["BLOCK_N"]
+    while block_n > CF_MIN_BLOCK_N and channel_slots(block_n, span) * block_n > CF_SLOT_TILE:
+        block_n //= 2
+    return entry | {"BLOCK_N": block_n, "BLOCK_M": max(1, tile // block_n)}
 
 
 def fold_copies_in_block(block_n: int, gamma_period: int, copies_as_rows: int) -> int:
@@ -439,13 +482,17 @@ def fold_copies_in_block(block_n: int, gamma_period: int, copies_as_rows: int) -
 def _plan_backward_view(
     table: dict, view: _View, itemsize: int, target: Target, overrides: Overrides
 ) -> BwdPlan:
-    M, N, period = view.M, view.N, view.gamma_period
+    M, N, period, span = view.M, view.N, view.gamma_period, view.gamma_span
     entry = table_entry(table, "bwd", itemsize, N)
+    if span:
+        entry = _channels_first_entry(entry, span)
     tile = tile_shape(entry, N)
+    slots = channel_slots(tile[1], span) if span else 0
+    partial_width = tile[2] * slots if span else N
     n_tiles = max(1, cdiv(M, tile[0]))
-    # Each row group writes and the finish kernel reads 2 x N float32 partials: cap the groups so that
-    # this stays under the budget (3 * M * N * itemsize bytes of main traffic).
-    budget_groups = int(PARTIAL_TRAFFIC_BUDGET * 3 * M * itemsize / 16)
+    # Each row group writes and the finish kernel reads 2 x partial_width float32 partials: cap the groups
+    # so that this stays under the budget (3 * M * N * itemsize bytes of main traffic).
+    budget_groups = int(PARTIAL_TRAFFIC_BUDGET * 3 * M * itemsize / 16 * (N / partial_width))
     # The budget binds at bandwidth shapes; a small problem still gets one program per SM (2048 x 4096 bf16
     # would otherwise run 52 programs on 132 SMs), its partials being cheap in time if not in ratio.
     floor_groups = cdiv(target.sm_count, tile[2])
@@ -467,7 +514,7 @@ def _plan_backward_view(
     else:
         finish_rows = n_groups * runs * (N // period if period else 1)
     n_dalpha_partials = n_programs * runs
-    param_width = period or N
+    param_width = (period or N) // max(span, 1)
     finish_g, finish_n = finish_tile(param_width, target.sm_count)
     strided = entry.get("row_order", "chunked") == "strided"
     main = KernelLaunch(
@@ -487,17 +534,37 @@ def _plan_backward_view(
             ("PDL", target.pdl),
             ("LANE_RUN", lane_run),
             ("FOLD_COPIES", copies_in_block > 0),
+            ("GAMMA_SPAN", span),
+            ("CHANNEL_SLOTS", slots),
         ),  # fmt: skip
         num_warps=entry["num_warps"],
         pdl=False,  # onto an idle GPU: its persistent grid relies on an even spread of programs over SMs
     )
-    finish = KernelLaunch(
-        grid=finish_grid(param_width, finish_n),
-        scalars=(param_width, finish_rows, n_dalpha_partials),
-        constexprs=(("BLOCK_G", finish_g), ("BLOCK_N", finish_n), ("PDL", target.pdl)),
-        num_warps=FINISH_NUM_WARPS,
-        pdl=target.pdl,
-    )
+    if span:
+        finish_g = min(finish_g, next_pow2(finish_rows))
+        finish = KernelLaunch(
+            grid=finish_grid(param_width, finish_n),
+            scalars=(param_width, finish_rows, tile[2], n_dalpha_partials),
+            constexprs=(
+                ("GAMMA_SPAN", span),
+                ("MAIN_BLOCK_N", tile[1]),
+                ("CHANNEL_SLOTS", slots),
+                ("BLOCKS_PER_CHANNEL", (span - 1) // tile[1] + 2),
+                ("BLOCK_G", finish_g),
+                ("BLOCK_C", finish_n),
+                ("PDL", target.pdl),
+            ),  # fmt: skip
+            num_warps=FINISH_NUM_WARPS,
+            pdl=target.pdl,
+        )
+    else:
+        finish = KernelLaunch(
+            grid=finish_grid(param_width, finish_n),
+            scalars=(param_width, finish_rows, n_dalpha_partials),
+            constexprs=(("BLOCK_G", finish_g), ("BLOCK_N", finish_n), ("PDL", target.pdl)),
+            num_warps=FINISH_NUM_WARPS,
+            pdl=target.pdl,
+        )
     return BwdPlan(
         **fields,
         n_groups=n_groups,
@@ -512,6 +579,7 @@ def _plan_backward_view(
         copies_in_block=copies_in_block,
         finish_rows=finish_rows,
         n_dalpha_partials=n_dalpha_partials,
+        channel_slots=slots,
         main=main,
         finish=finish,
     )
@@ -528,79 +596,3 @@ def finish_tile(N: int, sm_count: int) -> tuple[int, int]:
     per step keep its loop short."""
     block_n = min(max(next_pow2(cdiv(N, sm_count)), FINISH_MIN_BLOCK_N), FINISH_MAX_BLOCK_N)
     return FINISH_TILE // block_n, block_n
-
-
-@dataclasses.dataclass(frozen=True)
-class ChannelsFirstPlan:
-    """A contiguous channels-first tensor (N, C, *spatial) as R = N * C rows of L spatial elements (row r
-    takes channel r % C's parameters): the forward (dyt_fwd_cf_kernel), the backward's tiles
-    (dyt_bwd_cf_kernel) and its finish (dyt_bwd_finish_kernel over the (n_col_blocks * N, C) partial rows).
-    Both directions take the forward table's tile for rows of width L, one tile per program."""
-
-    R: int
-    L: int
-    C: int
-    BLOCK_M: int
-    BLOCK_N: int
-    n_col_blocks: int
-    num_warps: int
-    int64: bool
-    finish_rows: int  # rows of the (finish_rows, C) partial buffers: n_col_blocks * N
-    n_dalpha_partials: int  # one per backward program
-    forward: KernelLaunch
-    backward: KernelLaunch
-    finish: KernelLaunch
-
-
-def plan_channels_first(
-    n: int,
-    C: int,
-    L: int,
-    itemsize: int,
-    *,
-    param_itemsize: int | None = None,
-    has_beta: bool = True,
-    target: Target = Target(),
-    overrides: Overrides = DEFAULTS,
-) -> ChannelsFirstPlan:
-    """Both directions of DyT over a contiguous (n, C, *spatial) tensor of L = prod(spatial) elements per
-    channel. The tile is the forward table's entry for rows of width L (narrow rows stack more of them);
-    programs cover the rows in a 1-D grid, one tile each."""
-    R = n * C
-    table = table_of(target, overrides)
-    entry = forward_entry(table, itemsize, L, param_itemsize or itemsize, R * L)
-    block_m, block_n, n_col_blocks = tile_shape(entry, L)
-    view = _View(R, L, (L, L))
-    fields = _tile_fields(entry, view, (block_m, block_n, n_col_blocks), cdiv(max(R, 1), block_m), target,
-                          overrides)  # fmt: skip
-    poly = entry.get("poly", POLY_TERMS[0])
-    shared = (
-        ("BLOCK_M", block_m), ("BLOCK_N", block_n), ("N_COL_BLOCKS", n_col_blocks),
-        ("INT64", fields["int64"]), ("TANH", fields["tanh"]), ("APPROX", not target.interpreter),
-    )  # fmt: skip
-    forward = KernelLaunch(
-        grid=fields["grid"],
-        scalars=(R, L, C),
-        constexprs=(
-            ("HAS_BETA", has_beta),
-            *shared,
-            ("SIGN_SELECT", entry.get("sign", "select") == "select"),
-            ("POLY_TERMS", poly),
-        ),  # fmt: skip
-        num_warps=entry["num_warps"],
-    )
-    backward = KernelLaunch(
-        grid=fields["grid"], scalars=(R, L, C), constexprs=shared, num_warps=entry["num_warps"]
-    )
-    finish_rows = n_col_blocks * n
-    finish_g, finish_n = finish_tile(C, target.sm_count)
-    finish = KernelLaunch(
-        grid=finish_grid(C, finish_n),
-        scalars=(C, finish_rows, fields["grid"][0]),
-        constexprs=(("BLOCK_G", finish_g), ("BLOCK_N", finish_n), ("PDL", False)),
-        num_warps=FINISH_NUM_WARPS,
-    )
-    return ChannelsFirstPlan(R=R, L=L, C=C, BLOCK_M=block_m, BLOCK_N=block_n, n_col_blocks=n_col_blocks,
-                             num_warps=entry["num_warps"], int64=fields["int64"], finish_rows=finish_rows,
-                             n_dalpha_partials=fields["grid"][0], forward=forward, backward=backward,
-                             finish=finish)  # fmt: skip

@@ -89,15 +89,22 @@ MUTANTS: dict[str, Mutant] = {
                     tuple(
                         (
                             f"tl.sum({acc}, axis=0).to({P}.dtype.element_ty)",
-                            f"tl.sum({acc}, axis=0).to(tl.float32).to(tl.bfloat16)"  # dalpha sums in f64
+                            f"tl.sum({acc}, axis=0).to(tl.float32).to(tl.bfloat16)"
                             f".to(tl.float32).to({P}.dtype.element_ty)",
                             1,
                         )
-                        for acc, P in (
-                            ("acc_dgamma", "DGAMMA"),
-                            ("acc_dbeta", "DBETA"),
-                            ("acc_dalpha", "DALPHA"),
-                        )
+                        for acc, P in (("acc_dgamma", "DGAMMA"), ("acc_dbeta", "DBETA"))
+                    ),
+                ),
+                (
+                    "_finish_dalpha",
+                    (
+                        (
+                            "tl.sum(acc_dalpha, axis=0).to(DALPHA.dtype.element_ty)",
+                            "tl.sum(acc_dalpha, axis=0).to(tl.float32).to(tl.bfloat16)"  # the sum is float64
+                            ".to(tl.float32).to(DALPHA.dtype.element_ty)",
+                            1,
+                        ),
                     ),
                 ),
             ),
@@ -107,17 +114,16 @@ MUTANTS: dict[str, Mutant] = {
             expect="relative L2 error",
         ),
         Mutant(
-            name="channels_first_unmasked_padding",
-            bug="the channels-first backward computes z and dz in padding lanes unmasked",
+            name="channels_first_channel_edges",
+            bug="the channels-first finish drops the column block each channel's columns end in",
             module="dyt.kernels",
             targets=(
                 (
-                    "dyt_bwd_cf_kernel",
+                    "dyt_bwd_cf_finish_kernel",
                     (
-                        ("z = tl.where(mask, alpha * x, 0.0)", "z = alpha * x", 1),
                         (
-                            "dz = tl.where(mask, (dy * gamma[:, None]) * sech2, 0.0)",
-                            "dz = (dy * gamma[:, None]) * sech2",
+                            "ok = channel_ok & (block <= last_block)",
+                            "ok = channel_ok & (block < last_block)",
                             1,
                         ),
                     ),
@@ -125,10 +131,11 @@ MUTANTS: dict[str, Mutant] = {
             ),
             suite="tests/test_channels_first.py",
             tests=tuple(
-                f"tests/test_channels_first.py::test_nonfinite_alpha_with_padding[{a}]"
-                for a in ("+inf", "-inf")
+                f"tests/test_channels_first.py::test_values_against_the_reference[{s}-{dt}]"
+                for s in ("(1, 40, 40, 40)", "(4, 12, 3, 70)")
+                for dt in ("fp32", "bf16")
             ),
-            expect="a parameter gradient got NaN from padding",
+            expect="relative L2 error",
         ),
         Mutant(
             name="long_lane_runs",

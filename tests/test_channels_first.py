@@ -1,8 +1,9 @@
 """channels-first: DyT over dim 1 of (N, C, *spatial) input (ConvNeXt), the contract suites on that path.
 
-Contiguous input runs through the channels-first kernels (rows of spatial elements, each with its channel's
-gamma and beta, dyt.kernels.dyt_fwd_cf_kernel / dyt_bwd_cf_kernel) with no copy of x, y, dy or dx; input
-in torch.channels_last memory format through the row kernels on the moved view, also without a copy.
+Contiguous input runs through the row kernels as N rows of C * L elements, column j taking channel j // L's
+gamma and beta (the plans' channel_span; the backward adds its columns up per channel) with no copy of x,
+y, dy or dx; input in torch.channels_last memory format through the row kernels on the moved view, also
+without a copy.
 Values against the float64 reference (the channels-last reference on the moved tensors), NaN and inf with
 padded tiles, the dtype contract, bitwise repeats and batch invariance, the launch grid.
 """
@@ -92,22 +93,20 @@ def test_no_copy_of_x(layout, seed, monkeypatch):
     as the moved view of x's own storage."""
     x, dy, cl = _inputs((2, 16, 5, 6), torch.bfloat16, seed=seed, layout=layout)
     seen = {}
-    for name in ("forward", "forward_channels_first", "backward", "backward_channels_first"):
+    for name in ("forward", "backward"):
         real = getattr(launcher, name)
 
         def spy(*args, _real=real, _name=name, **kwargs):
-            seen[_name] = args[0] if "forward" in _name else args[1]
+            seen[_name] = (args[0] if _name == "forward" else args[1], kwargs.get("channels_first", False))
             return _real(*args, **kwargs)
 
         monkeypatch.setattr(launcher, name, spy)
     _run(x, dy, cl)
-    kind = "channels_first" if layout == "contiguous" else None
-    fwd = seen["forward_channels_first" if kind else "forward"]
-    bwd = seen["backward_channels_first" if kind else "backward"]
-    assert fwd.data_ptr() == x.data_ptr() and bwd.data_ptr() == x.data_ptr()
-    assert set(seen) == (
-        {"forward_channels_first", "backward_channels_first"} if kind else {"forward", "backward"}
-    )
+    as_channels_first = layout == "contiguous"
+    assert set(seen) == {"forward", "backward"}
+    for tensor, channels_first in seen.values():
+        assert tensor.data_ptr() == x.data_ptr() and channels_first == as_channels_first
+        assert tensor.shape == (x.shape if as_channels_first else x.movedim(1, -1).shape)
 
 
 @needs_kernels
@@ -115,12 +114,11 @@ def test_no_copy_of_x(layout, seed, monkeypatch):
 def test_nonfinite_alpha_with_padding(alpha, seed):
     """Padding lanes (columns past the spatial size, rows past the last tile) never reach a sum: with an
     infinite alpha, tanh(inf * 0) = NaN there must not poison dgamma, dbeta or dalpha."""
-    shape = (3, 5, 7, 11)  # 77 columns in a 128-wide block, 15 rows in tiles of more
-    plan = launcher.channels_first_plan(
-        torch.empty(shape, device=_device()), torch.empty(5, device=_device())
-    )
-    assert plan.L % plan.BLOCK_N and plan.R % plan.BLOCK_M, plan
+    shape = (3, 5, 7, 11)  # 3 rows of 385 columns: padded columns and padded rows in every tile
     x, dy, cl = _inputs(shape, torch.float32, seed=seed, alpha=alpha)
+    for plan in (launcher.forward_plan(x, cl.gamma, channels_first=True),
+                 launcher.backward_plan(x, dy, channels_first=True)):  # fmt: skip
+        assert plan.N % plan.BLOCK_N and plan.M % plan.BLOCK_M and plan.gamma_span == 77, plan
     outs = _run(x, dy, cl)
     if not math.isnan(alpha):
         assert all(torch.isfinite(t).all() for t in outs[2:]), "a parameter gradient got NaN from padding"
@@ -219,16 +217,38 @@ def test_torch_compile_fullgraph(seed):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_plan_covers_every_row_in_a_one_dimensional_grid():
-    """Programs cover every tile of the (N * C, spatial) rows on grid axis 0 only (no 65,535 limit), with
-    int64 offsets once an address passes 2^31, and the finish reads n_col_blocks * N partial rows."""
-    for n, C, L in [(64, 96, 3136), (256, 768, 49), (8, 96, 3136), (70000, 1, 1), (2, 3, 2**31 // 4)]:
-        plan = planner.plan_channels_first(n, C, L, 2, target=SM90)
-        assert plan.forward.grid == plan.backward.grid
-        tiles = planner.cdiv(n * C, plan.BLOCK_M) * plan.n_col_blocks
-        assert plan.forward.grid == (tiles,) and plan.n_col_blocks * plan.BLOCK_N >= L
-        assert plan.finish_rows == plan.n_col_blocks * n and plan.n_dalpha_partials == tiles
-        assert plan.int64 == (n * C * L > 2**31 - 1 - plan.BLOCK_N)
+@pytest.mark.parametrize("n, C, L", [(64, 96, 3136), (256, 768, 49), (8, 96, 3136), (70000, 3, 2),
+                                     (5, 7, 1), (2, 3, 2**31 // 4), (3, 100, 1500)])  # fmt: skip
+def test_plans_cover_the_rows_in_a_one_dimensional_grid(n, C, L):
+    """Both directions see n rows of C * L on grid axis 0 only (no 65,535 limit), column j taking channel
+    j // L (spatial size 1: plain rows), int64 offsets once an address passes 2^31; the backward's column
+    blocks hold slots for every channel they touch, and its finish reads every block of each channel."""
+    W = C * L
+    span = L if L > 1 else 0
+    fwd = planner.plan_forward(n, W, 2, channel_span=L, target=SM90)
+    bwd = planner.plan_backward(n, W, 2, channel_span=L, target=SM90)
+    for plan in (fwd, bwd):
+        assert (plan.M, plan.N, plan.gamma_span, plan.param_width) == (n, W, span, C) or plan.gamma_period
+        assert plan.n_col_blocks * plan.BLOCK_N >= plan.N and plan.int64 == (n * W > 2**31 - 1 - plan.BLOCK_N)
+    assert fwd.grid == (planner.cdiv(fwd.M, fwd.BLOCK_M) * fwd.n_col_blocks,)
+    assert bwd.grid == (bwd.n_groups * bwd.n_col_blocks,)
+    assert bwd.tiles_per_program * bwd.n_groups * bwd.BLOCK_M >= n
+    if span:
+        starts = range(0, W, bwd.BLOCK_N)
+        assert max(len({j // L for j in range(s, min(s + bwd.BLOCK_N, W))}) for s in starts[:64]) <= (
+            bwd.channel_slots
+        )
+        assert bwd.channel_slots * bwd.BLOCK_N <= planner.CF_SLOT_TILE
+        assert bwd.partial_width == bwd.n_col_blocks * bwd.channel_slots
+        blocks_per_channel = dict(bwd.finish.constexprs)["BLOCKS_PER_CHANNEL"]
+        assert max((c * L + L - 1) // bwd.BLOCK_N - (c * L) // bwd.BLOCK_N + 1 for c in range(C)) <= (
+            blocks_per_channel
+        )
+    else:
+        assert (
+            bwd.channel_slots == 0
+            and bwd.finish.constexprs == planner.plan_backward(n, C, 2, target=SM90).finish.constexprs
+        )
 
 
 def _device():

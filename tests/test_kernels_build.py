@@ -154,12 +154,12 @@ def _bwd_signature(dt):
 # Every compile-time constant of each kernel, as the launcher passes them for a plain 4 x 1024 tile: the
 # tests (and tools/sass_stats.py) name only what they vary, so a new constant is added here once.
 FWD_CONSTEXPRS = {"HAS_BETA": True, "BLOCK_M": 4, "BLOCK_N": 1024, "N_COL_BLOCKS": 1, "INT64": False,
-                  "TANH": TANH_METHODS["poly_exp"], "APPROX": True, "GAMMA_PERIOD": 0, "RAGGED": False,
-                  "SIGN_SELECT": True, "PDL": True, "POLY_TERMS": 5}  # fmt: skip
+                  "TANH": TANH_METHODS["poly_exp"], "APPROX": True, "GAMMA_PERIOD": 0, "GAMMA_SPAN": 0,
+                  "RAGGED": False, "SIGN_SELECT": True, "PDL": True, "POLY_TERMS": 5}  # fmt: skip
 BWD_CONSTEXPRS = {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": TANH_METHODS["poly_exp"],
                   "APPROX": True, "STRIDED": False, "NUM_STAGES": 3, "EVEN_N": True,
                   "GAMMA_PERIOD": 0, "RAGGED": False, "PDL": True, "LANE_RUN": LANE_RUN_TILES,
-                  "FOLD_COPIES": False}  # fmt: skip
+                  "FOLD_COPIES": False, "GAMMA_SPAN": 0, "CHANNEL_SLOTS": 0}  # fmt: skip
 # (GAMMA_PERIOD, RAGGED): rows as they are, folded rows (in 1024 and in 3072 columns), and folded rows whose
 # last one ends early.
 FOLDS = [(0, False), (64, False), (768, False), (768, True)]
@@ -200,30 +200,27 @@ def test_forward_compiles_with_wide_accesses(dt, block_m, block_n, int64, period
     assert ptx.count("griddepcontrol.launch_dependents") == 1, "the next kernel's early launch is not allowed"
 
 
-CF_SHARED = {"BLOCK_M": 4, "BLOCK_N": 1024, "N_COL_BLOCKS": 4, "INT64": False,
-             "TANH": TANH_METHODS["poly_exp"], "APPROX": True}  # fmt: skip
-
-
 @compiled_in_child
 @pytest.mark.parametrize("int64", [False, True])
-@pytest.mark.parametrize("dt", ["bf16", "fp32"])
-def test_channels_first_kernels_compile_with_wide_accesses(dt, int64):
-    """The channels-first forward and backward compile for sm_90; where the spatial size L is a multiple
-    of 16 (Triton's divisibility attribute), x, y, dy and dx move 16 bytes at a time."""
-    cf = {"R": "i32", "L": "i32", "C": "i32"}
-    fwd = _compile(kernels.dyt_fwd_cf_kernel,
-                   {"X": f"*{dt}", "Y": f"*{dt}", "ALPHA": "*fp32", "GAMMA": "*fp32", "BETA": "*fp32", **cf},
-                   {"HAS_BETA": True, **CF_SHARED, "INT64": int64, "SIGN_SELECT": True, "POLY_TERMS": 5},
-                   ["X", "Y", "L"])  # fmt: skip
-    bwd = _compile(kernels.dyt_bwd_cf_kernel,
-                   {"X": f"*{dt}", "DY": f"*{dt}", "DX": f"*{dt}", "ALPHA": "*fp32", "GAMMA": "*fp32",
-                    "PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp64", **cf},
-                   {**CF_SHARED, "INT64": int64}, ["X", "DY", "DX", "L"])  # fmt: skip
+@pytest.mark.parametrize(("dt", "span", "block_n", "slots"), [("bf16", 3136, 1024, 2), ("fp32", 49, 256, 8)])
+def test_channels_first_rows_compile_with_wide_accesses(dt, span, block_n, slots, int64):
+    """The row kernels on channels-first rows (gamma indexed by column // L) and the channels-first finish
+    compile for sm_90, x, y, dy and dx still moving 16 bytes at a time."""
+    fwd = compile_forward(dt, BLOCK_N=block_n, INT64=int64, GAMMA_SPAN=span)
+    bwd = compile_backward(dt, BLOCK_N=block_n, INT64=int64, GAMMA_SPAN=span, CHANNEL_SLOTS=slots)
     for c in (fwd, bwd):
         ptx = c.asm["ptx"]
         assert "cubin" in c.asm
         assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx), "x is not loaded 16 bytes at a time"
         assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), "the output is not stored 16 bytes at a time"
+    finish = _compile(kernels.dyt_bwd_cf_finish_kernel,
+                      {"PART_DGAMMA": "*fp32", "PART_DBETA": "*fp32", "PART_DALPHA": "*fp64",
+                       "DGAMMA": "*fp32", "DBETA": "*fp32", "DALPHA": "*fp32", "C": "i32", "n_groups": "i32",
+                       "n_col_blocks": "i32", "n_dalpha_partials": "i32"},
+                      {"GAMMA_SPAN": span, "MAIN_BLOCK_N": block_n, "CHANNEL_SLOTS": slots,
+                       "BLOCKS_PER_CHANNEL": (span - 1) // block_n + 2, "BLOCK_G": 1, "BLOCK_C": 16,
+                       "PDL": True}, [])  # fmt: skip
+    assert "cubin" in finish.asm
 
 
 @compiled_in_child
