@@ -288,7 +288,7 @@ def _records_grad(x, alpha, gamma, beta) -> bool:
 
 
 class _EagerDyTChannelsFirst(torch.autograd.Function):
-    """Contiguous channels-first x straight into the channels-first kernels: no copy either way."""
+    """Contiguous channels-first x straight into the kernels as N rows of C * L: no copy either way."""
 
     @staticmethod
     def forward(ctx, x, alpha, gamma, beta):
@@ -315,9 +315,10 @@ def dyt_channels_first(
 ) -> torch.Tensor:
     """dyt over dim 1 of a channels-first x (N, C, *spatial): y = gamma[c] * tanh(alpha * x) + beta[c].
 
-    Contiguous x runs through the channels-first kernels (its (N * C) rows of spatial elements, no copy);
-    x in torch.channels_last memory format is channels-last in memory and runs through dyt's usual kernels
-    on the moved view (no copy either); other layouts are copied once. Same contract as dyt() otherwise.
+    Contiguous x runs through the kernels as N rows of C * L elements (L = prod(spatial); column j takes
+    channel j // L's gamma and beta), no copy; x in torch.channels_last memory format is channels-last in
+    memory and runs through dyt's usual kernels on the moved view (no copy either); other layouts are
+    copied once. Same contract as dyt() otherwise.
     """
     if torch.compiler.is_compiling():
         return dyt(x.movedim(1, -1), alpha, gamma, beta).movedim(-1, 1)

@@ -104,9 +104,10 @@ def test_the_launch_tables_carry_a_one_line_provenance():
         assert not DIARY.search(note), f"{path.name}: {note}"
 
 
-def test_reports_track_one_baseline_per_gpu_model():
-    """On disk, reports/baselines/ holds its README and baselines named after their GPU model; git tracks
-    nothing else under reports/ (checked where the git index describes this tree)."""
+def test_reports_track_one_baseline_and_one_conformance_verdict_per_gpu_model():
+    """On disk, reports/baselines/ holds its README and baselines named after their GPU model, and
+    reports/conformance/ one folder per GPU model (its summary.md and junit/*.xml); git tracks nothing
+    else under reports/ (checked where the git index describes this tree)."""
     from dyt.service.records import baseline_path
 
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
@@ -122,7 +123,14 @@ def test_reports_track_one_baseline_per_gpu_model():
         gpu = json.loads(path.read_text())["env"]["gpu_name"]
         expected = baseline_path(folder, gpu)
         assert path == expected, f"{path.name}: a baseline of {gpu!r} belongs at {expected.relative_to(ROOT)}"
+    verdicts = ROOT / "reports" / "conformance"
+    published = [p for p in verdicts.rglob("*") if p.is_file()] if verdicts.exists() else []
+    for path in published:
+        slug, *rest = path.relative_to(verdicts).parts
+        junit = len(rest) == 2 and rest[0] == "junit" and path.suffix == ".xml"
+        assert rest == ["summary.md"] or junit, f"{path}: a verdict folder holds summary.md and junit/"
+        assert slug in {p.stem for p in baselines}, f"{path}: no baseline of GPU model {slug!r}"
     tracked = _tracked("reports")
     if tracked and all(p.exists() for p in tracked):  # a copy of the tree may carry a stale index
-        allowed = {ROOT / "reports" / "README.md", folder / "README.md", *baselines}
+        allowed = {ROOT / "reports" / "README.md", folder / "README.md", *baselines, *published}
         assert set(tracked) <= allowed, sorted(str(p.relative_to(ROOT)) for p in set(tracked) - allowed)

@@ -1,20 +1,44 @@
 """Channels-first DyT on the GPU: dyt.dyt_channels_first (copy-free kernels) against the paper's eager
 module, torch.compile of it, and the path through a channels-last copy, in CUDA-graph replay time (host
 excluded) and as a ratio to the copy ceiling counting the bytes a copy-free kernel moves (x read + y
-written forward; x, dy read + dx written backward). The backward is torch.autograd.grad's (no gradient
-accumulation into .grad). Needs a CUDA GPU.
+written forward; x, dy read + dx written backward). The backward is (forward + torch.autograd.grad's
+backward) less the forward: no gradient accumulation into .grad. Needs a CUDA GPU.
 
     python tools/channels_first_bench.py --ceiling-gbps 4246
+    python tools/channels_first_bench.py --sweep   # kernel time of each channels_first table variant
+
+--sweep times launcher.forward / launcher.backward (channels_first=True) with each candidate of the
+16-bit table entries' "channels_first" field (dyt.planner.CHANNELS_FIRST) swapped in, interleaved in rounds.
 """
 
 import argparse
+import copy
+import math
 
 import torch
 from triton.testing import do_bench_cudagraph
 
 import dyt
+from dyt import launcher, planner
 
-SHAPES = [(64, 96, 56, 56), (64, 384, 14, 14), (256, 768, 7, 7), (8, 96, 56, 56)]
+SHAPES = [(64, 96, 56, 56), (64, 192, 28, 28), (64, 384, 14, 14), (256, 768, 7, 7), (8, 96, 56, 56)]
+# Candidates for the "channels_first" field of every 16-bit entry ({} = the entry's own tile).
+FWD_VARIANTS = {
+    "entry": {},
+    "8x512": {"BLOCK_M": 8, "BLOCK_N": 512, "num_warps": 4},
+    "8x1024w8": {"BLOCK_M": 8, "BLOCK_N": 1024, "num_warps": 8},
+}
+BWD_VARIANTS = {
+    "entry": {},
+    "2x1024_p4": {"BLOCK_M": 2, "BLOCK_N": 1024, "programs_per_sm": 4},
+    "2x1024_p16": {"BLOCK_M": 2, "BLOCK_N": 1024, "programs_per_sm": 16},
+    "2x1024_p64": {"BLOCK_M": 2, "BLOCK_N": 1024, "programs_per_sm": 64},
+    "4x1024_p16": {"BLOCK_M": 4, "BLOCK_N": 1024, "programs_per_sm": 16},
+    "4x1024_p64": {"BLOCK_M": 4, "BLOCK_N": 1024, "programs_per_sm": 64},
+    "1x1024_p16": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 16},
+    "2x512_p16": {"BLOCK_M": 2, "BLOCK_N": 512, "programs_per_sm": 16},
+    "2x1024_p16_s4": {"BLOCK_M": 2, "BLOCK_N": 1024, "programs_per_sm": 16, "num_stages": 4},
+}
 
 
 def paper(x, a, g, b):
@@ -22,31 +46,34 @@ def paper(x, a, g, b):
 
 
 def through_copy(x, a, g, b):
-    """DyT over dim 1 through a channels-last copy: the path without the channels-first kernels."""
+    """DyT over dim 1 through a channels-last copy: the path without the channels-first mode."""
     return dyt.dyt(x.movedim(1, -1), a, g, b).movedim(-1, 1)
 
 
-def graph_us(fn) -> float:
-    return do_bench_cudagraph(fn, rep=200) * 1e3
+def graph_us(fn, rep=200) -> float:
+    return do_bench_cudagraph(fn, rep=rep) * 1e3
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ceiling-gbps", type=float, default=4246.0, help="the GPU's copy rate")
-    args = parser.parse_args()
+def _inputs(shape):
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16).requires_grad_()
+    C = shape[1]
+    a = torch.full((1,), 0.5, device="cuda", requires_grad=True)
+    g = (1 + 0.5 * torch.randn(C, device="cuda")).requires_grad_()
+    b = torch.randn(C, device="cuda").requires_grad_()
+    return x, torch.randn_like(x), a, g, b
+
+
+def _ratio(n_bytes: float, us: float, ceiling_gbps: float) -> float:
+    return n_bytes / (us * 1e-6) / 1e9 / ceiling_gbps
+
+
+def compare(ceiling_gbps: float) -> None:
     torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
     compiled = torch.compile(paper)
-    print(
-        f"{'shape':>18s} {'variant':>14s} {'fwd us':>8s} {'ratio':>6s} {'bwd us':>8s} {'ratio':>6s} "
-        f"{'fwd+bwd us':>10s} {'ratio':>6s}"
-    )
+    print(f"{'shape':>18s} {'variant':>14s} {'fwd us':>8s} {'ratio':>6s} {'bwd us':>8s} {'ratio':>6s} "
+          f"{'fwd+bwd us':>10s} {'ratio':>6s}")  # fmt: skip
     for shape in SHAPES:
-        C = shape[1]
-        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16).requires_grad_()
-        dy = torch.randn_like(x)
-        a = torch.full((1,), 0.5, device="cuda", requires_grad=True)
-        g = (1 + 0.5 * torch.randn(C, device="cuda")).requires_grad_()
-        b = torch.randn(C, device="cuda").requires_grad_()
+        x, dy, a, g, b = _inputs(shape)
         nbytes = x.numel() * x.element_size()
         args_ = (x, a, g, b)
         variants = (("dyt", dyt.dyt_channels_first), ("paper", paper), ("compiled paper", compiled),
@@ -54,21 +81,61 @@ def main() -> None:
         for name, fn in variants:
             try:
                 fwd = graph_us(lambda fn=fn, args_=args_: fn(*args_))
-                y = fn(*args_)
-                bwd = graph_us(
-                    lambda y=y, args_=args_, dy=dy: torch.autograd.grad(y, args_, dy, retain_graph=True)
-                )
                 both = graph_us(lambda fn=fn, args_=args_, dy=dy: torch.autograd.grad(fn(*args_), args_, dy))
             except Exception as exc:  # noqa: BLE001 - a failing variant is a row
                 print(f"{shape!s:>18s} {name:>14s} error: {exc}")
                 continue
-            ratios = [
-                n * nbytes / (t * 1e-6) / 1e9 / args.ceiling_gbps for n, t in ((2, fwd), (3, bwd), (5, both))
-            ]
-            print(
-                f"{shape!s:>18s} {name:>14s} {fwd:8.1f} {ratios[0]:6.3f} {bwd:8.1f} {ratios[1]:6.3f} "
-                f"{both:10.1f} {ratios[2]:6.3f}"
-            )
+            bwd = both - fwd
+            r = [_ratio(n * nbytes, t, ceiling_gbps) for n, t in ((2, fwd), (3, bwd), (5, both))]
+            print(f"{shape!s:>18s} {name:>14s} {fwd:8.1f} {r[0]:6.3f} {bwd:8.1f} {r[1]:6.3f} {both:10.1f} "
+                  f"{r[2]:6.3f}")  # fmt: skip
+
+
+def _with_variant(table: dict, mode: str, variant: dict) -> dict:
+    swapped = copy.deepcopy(table)
+    for entry in swapped[mode]["16bit"]:
+        entry.pop(planner.CHANNELS_FIRST, None)
+        if variant:
+            entry[planner.CHANNELS_FIRST] = dict(variant)
+    return swapped
+
+
+def sweep(ceiling_gbps: float, rounds: int) -> None:
+    table = planner.load_table("sm90")
+    f32 = torch.float32
+    times: dict[tuple, list[float]] = {}
+    for _ in range(rounds):
+        for shape in SHAPES:
+            x, dy, a, g, b = (t.detach() for t in _inputs(shape))
+            calls = {
+                "fwd": lambda x=x, a=a, g=g, b=b: launcher.forward(x, a, g, b, x.dtype, channels_first=True),
+                "bwd": lambda x=x, dy=dy, a=a, g=g: launcher.backward(dy, x, a, g, x.dtype, f32, f32, f32,
+                                                                      channels_first=True),
+            }  # fmt: skip
+            for mode, variants in (("fwd", FWD_VARIANTS), ("bwd", BWD_VARIANTS)):
+                for name, variant in variants.items():
+                    with launcher.overrides(table=_with_variant(table, mode, variant)):
+                        times.setdefault((mode, name, shape), []).append(graph_us(calls[mode], rep=50))
+    for mode, variants in (("fwd", FWD_VARIANTS), ("bwd", BWD_VARIANTS)):
+        moved = 2 if mode == "fwd" else 3
+        for name in variants:
+            rows = [(shape, min(times[(mode, name, shape)])) for shape in SHAPES]
+            ratios = [_ratio(moved * math.prod(shape) * 2, us, ceiling_gbps) for shape, us in rows]
+            cells = " ".join(f"{us:7.1f} ({r:.2f})" for (_, us), r in zip(rows, ratios, strict=True))
+            print(f"{mode} {name:>14s} geomean {math.prod(ratios) ** (1 / len(ratios)):.3f}: {cells}")
+    print("shapes:", " ".join(str(s) for s in SHAPES))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ceiling-gbps", type=float, default=4246.0, help="the GPU's copy rate")
+    parser.add_argument("--sweep", action="store_true", help="time the channels_first table variants")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    if args.sweep:
+        sweep(args.ceiling_gbps, args.rounds)
+    else:
+        compare(args.ceiling_gbps)
 
 
 if __name__ == "__main__":
