@@ -269,3 +269,37 @@ def test_more_than_2_31_elements_and_65535_rows():
     for i, c in [(0, 0), (n - 1, C - 1), (17, 1000)]:
         ref = g[c].double() * torch.tanh(a.double() * x[i, c].double()) + b[c].double()
         torch.testing.assert_close(y[i, c].double(), ref, rtol=1e-2, atol=1e-2)
+
+
+def test_channels_first_rows_take_their_table_variant():
+    """A table entry's channels_first tile applies to channels-first rows only; rows of the same width keep
+    the entry's own tile (the committed sm90 table has one for its widest 16-bit forward entry)."""
+    table = planner.load_table("sm90")
+    variant = table["fwd"]["16bit"][-1][planner.CHANNELS_FIRST]
+    cf = planner.plan_forward(64, 96 * 3136, 2, channel_span=3136, target=SM90)
+    rows = planner.plan_forward(64, 96 * 3136, 2, target=SM90)
+    assert (cf.BLOCK_M, cf.BLOCK_N, cf.num_warps) == (
+        variant["BLOCK_M"],
+        variant["BLOCK_N"],
+        variant["num_warps"],
+    )
+    assert (rows.BLOCK_M, rows.BLOCK_N) == (
+        table["fwd"]["16bit"][-1]["BLOCK_M"],
+        table["fwd"]["16bit"][-1]["BLOCK_N"],
+    )
+    swapped = {
+        **table,
+        "bwd": {
+            **table["bwd"],
+            "16bit": [
+                dict(e, channels_first={"BLOCK_M": 2, "programs_per_sm": 4}) for e in table["bwd"]["16bit"]
+            ],
+        },
+    }
+    bwd = planner.plan_backward(
+        64, 96 * 3136, 2, channel_span=3136, target=SM90, overrides=planner.Overrides(table=swapped)
+    )
+    assert (
+        bwd.BLOCK_M == 2
+        and bwd.grid[0] >= planner.plan_backward(64, 96 * 3136, 2, channel_span=3136, target=SM90).grid[0]
+    )

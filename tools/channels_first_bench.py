@@ -2,7 +2,9 @@
 module, torch.compile of it, and the path through a channels-last copy, in CUDA-graph replay time (host
 excluded) and as a ratio to the copy ceiling counting the bytes a copy-free kernel moves (x read + y
 written forward; x, dy read + dx written backward). The backward is (forward + torch.autograd.grad's
-backward) less the forward: no gradient accumulation into .grad. Needs a CUDA GPU.
+backward) less the forward: no gradient accumulation into .grad. The last two columns time forward and
+forward + backward call after call without a graph (host included: where the host is slower than the GPU,
+it sets the pace). Needs a CUDA GPU.
 
     python tools/channels_first_bench.py --ceiling-gbps 4246
     python tools/channels_first_bench.py --sweep   # kernel time of each channels_first table variant
@@ -16,7 +18,7 @@ import copy
 import math
 
 import torch
-from triton.testing import do_bench_cudagraph
+from triton.testing import do_bench, do_bench_cudagraph
 
 import dyt
 from dyt import launcher, planner
@@ -71,7 +73,7 @@ def compare(ceiling_gbps: float) -> None:
     torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
     compiled = torch.compile(paper)
     print(f"{'shape':>18s} {'variant':>14s} {'fwd us':>8s} {'ratio':>6s} {'bwd us':>8s} {'ratio':>6s} "
-          f"{'fwd+bwd us':>10s} {'ratio':>6s}")  # fmt: skip
+          f"{'fwd+bwd us':>10s} {'ratio':>6s} {'host fwd':>8s} {'host f+b':>8s}")  # fmt: skip
     for shape in SHAPES:
         x, dy, a, g, b = _inputs(shape)
         nbytes = x.numel() * x.element_size()
@@ -81,14 +83,20 @@ def compare(ceiling_gbps: float) -> None:
         for name, fn in variants:
             try:
                 fwd = graph_us(lambda fn=fn, args_=args_: fn(*args_))
-                both = graph_us(lambda fn=fn, args_=args_, dy=dy: torch.autograd.grad(fn(*args_), args_, dy))
+
+                def step(fn=fn, args_=args_, dy=dy):
+                    return torch.autograd.grad(fn(*args_), args_, dy)
+
+                both = graph_us(step)
+                host_fwd = do_bench(lambda fn=fn, args_=args_: fn(*args_), rep=200) * 1e3
+                host_both = do_bench(step, rep=200) * 1e3
             except Exception as exc:  # noqa: BLE001 - a failing variant is a row
                 print(f"{shape!s:>18s} {name:>14s} error: {exc}")
                 continue
             bwd = both - fwd
             r = [_ratio(n * nbytes, t, ceiling_gbps) for n, t in ((2, fwd), (3, bwd), (5, both))]
             print(f"{shape!s:>18s} {name:>14s} {fwd:8.1f} {r[0]:6.3f} {bwd:8.1f} {r[1]:6.3f} {both:10.1f} "
-                  f"{r[2]:6.3f}")  # fmt: skip
+                  f"{r[2]:6.3f} {host_fwd:8.1f} {host_both:8.1f}")  # fmt: skip
 
 
 def _with_variant(table: dict, mode: str, variant: dict) -> dict:

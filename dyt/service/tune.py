@@ -34,8 +34,10 @@ POLYS = [{}, {"poly": 3}]  # the forward tanh's polynomial (dyt.planner.POLY_TER
 ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.kernels.dyt_bwd_kernel
 # Fields a bucket keeps from its current entry: "copies_as_rows" and "folded" matter only where the entry
 # serves folded narrower widths (dyt.planner.BwdPlan, dyt.planner.FOLDED), "fp32_params" only with float32
-# parameters on 16-bit x (dyt.planner.FP32_PARAMS); timing the bucket's own width in one dtype sees none.
-HAND_SET = ("copies_as_rows", planner.FP32_PARAMS, planner.FOLDED)
+# parameters on 16-bit x (dyt.planner.FP32_PARAMS), "channels_first" only on channels-first rows
+# (dyt.planner.CHANNELS_FIRST; tools/channels_first_bench.py --sweep); timing the bucket's own width in one
+# dtype sees none.
+HAND_SET = ("copies_as_rows", planner.FP32_PARAMS, planner.FOLDED, planner.CHANNELS_FIRST)
 
 
 def candidates(mode: str, width: int) -> list[dict]:
