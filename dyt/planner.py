@@ -231,9 +231,25 @@ FP32_PARAMS = "fp32_params"
 # that width, see fold_factor) from min_elements on. fp32_params comes first where both apply.
 FOLDED = "folded"
 # A forward or backward entry's "channels_first": likewise, the tile (backward: and programs_per_sm,
-# row_order, num_stages) of channels-first rows (a plan's channel_span), ahead of the other variants.
+# row_order, num_stages) of channels-first rows (a plan's channel_span), ahead of the other variants; a
+# list of such fields, each up to its "max_span" (null: any), chooses by the spatial size.
 CHANNELS_FIRST = "channels_first"
 VARIANTS = (FP32_PARAMS, FOLDED, CHANNELS_FIRST)
+
+
+def channels_first_variant(entry: dict, span: int) -> dict | None:
+    """The entry's channels_first fields for rows of this spatial size (CHANNELS_FIRST), or None."""
+    variant = entry.get(CHANNELS_FIRST)
+    if not span or not variant:
+        return None
+    if isinstance(variant, dict):
+        return variant
+    for choice in variant:
+        if choice.get("max_span") is None or span <= choice["max_span"]:
+            return {k: v for k, v in choice.items() if k != "max_span"}
+    return None
+
+
 # A forward entry's (or its variant's) "poly": the terms of tanh's polynomial near 0 (dyt.kernels._tanh);
 # 3 saves two FFMA per element. A variant tile without a "poly" of its own runs its entry's, and an entry
 # without one the first of these.
@@ -251,19 +267,18 @@ def forward_entry(
     param_itemsize: int,
     n_elements: int,
     folded: bool = False,
-    channels_first: bool = False,
+    span: int = 0,
 ) -> dict:
-    """The forward's table entry, with its channels_first, fp32_params or folded tile where that applies
-    (CHANNELS_FIRST, FP32_PARAMS, FOLDED); width is the width the kernel sees (the folded one for folded
-    rows)."""
+    """The forward's table entry, with its channels_first (rows of spatial size span > 0), fp32_params or
+    folded tile where that applies (CHANNELS_FIRST, FP32_PARAMS, FOLDED); width is the width the kernel
+    sees (the folded one for folded rows)."""
     entry = table_entry(table, "fwd", itemsize, width)
     choices = (
-        (CHANNELS_FIRST, channels_first),
-        (FP32_PARAMS, itemsize < 4 <= param_itemsize),
-        (FOLDED, folded),
+        (channels_first_variant(entry, span), True),
+        (entry.get(FP32_PARAMS), itemsize < 4 <= param_itemsize),
+        (entry.get(FOLDED), folded),
     )
-    for field, applies in choices:
-        variant = entry.get(field)
+    for variant, applies in choices:
         if variant and applies and n_elements >= variant.get("min_elements", 0):
             tile = {k: v for k, v in variant.items() if k != "min_elements"}
             return {k: v for k, v in entry.items() if k not in VARIANTS} | tile
@@ -392,12 +407,12 @@ def plan_forward(
     table = table_of(target, overrides)
     span = _span(channel_span, N)
     view = _View(M, N, (x_stride, N), gamma_span=span)
-    entry = forward_entry(table, itemsize, N, param_itemsize, M * N, channels_first=bool(span))
+    entry = forward_entry(table, itemsize, N, param_itemsize, M * N, span=span)
     fold = fold_factor(M, N, view.row_strides, powers_of_two_only=True)
     if fold > 1:
         wide = _folded_view(M, N, view.row_strides, fold, span)
         wide_entry = forward_entry(table, itemsize, wide.N, param_itemsize, M * N, folded=True,
-                                   channels_first=bool(span))  # fmt: skip
+                                   span=span)  # fmt: skip
         block_n = tile_shape(wide_entry, wide.N)[1]
         if block_n % N == 0 or wide.N % block_n == 0:
             view, entry = wide, wide_entry
@@ -481,7 +496,7 @@ def channel_slots(block_n: int, span: int) -> int:
 
 def _channels_first_entry(entry: dict, span: int) -> dict:
     """The backward entry with its channels_first variant (CHANNELS_FIRST), BLOCK_N cut to CF_SLOT_TILE."""
-    entry = entry | entry.get(CHANNELS_FIRST, {})
+    entry = entry | (channels_first_variant(entry, span) or {})
     tile = entry["BLOCK_M"] * entry["BLOCK_N"]
     block_n = entry["BLOCK_N"]
     while block_n > CF_MIN_BLOCK_N and channel_slots(block_n, span) * block_n > CF_SLOT_TILE:

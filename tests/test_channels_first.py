@@ -299,7 +299,18 @@ def test_channels_first_rows_take_their_table_variant():
     bwd = planner.plan_backward(
         64, 96 * 3136, 2, channel_span=3136, target=SM90, overrides=planner.Overrides(table=swapped)
     )
-    assert (
-        bwd.BLOCK_M == 2
-        and bwd.grid[0] >= planner.plan_backward(64, 96 * 3136, 2, channel_span=3136, target=SM90).grid[0]
-    )
+    # 294 column blocks of 1024; 4 programs per SM want one row group (528 // 294), 32 tiles of 2 rows each
+    assert (bwd.BLOCK_M, bwd.BLOCK_N, bwd.n_groups, bwd.tiles_per_program) == (2, 1024, 1, 32)
+
+
+def test_channels_first_variants_choose_by_spatial_size():
+    """A list of channels_first fields chooses by the spatial size (max_span); the committed sm90 table
+    keeps the entry's own backward tile up to 256 and takes its own past that."""
+    entry = planner.load_table("sm90")["bwd"]["16bit"][-1]
+    small, large = (planner.channels_first_variant(entry, span) for span in (49, 3136))
+    assert small == {} and large and "max_span" not in large
+    assert planner.channels_first_variant(entry, 0) is None
+    for C, L, chosen in ((768, 49, small), (96, 3136, large)):
+        plan = planner.plan_backward(64, C * L, 2, channel_span=L, target=SM90)
+        tile = (chosen.get("BLOCK_M", entry["BLOCK_M"]), chosen.get("BLOCK_N", entry["BLOCK_N"]))
+        assert plan.BLOCK_M * plan.BLOCK_N == tile[0] * tile[1] and plan.BLOCK_N <= tile[1], (plan, tile)

@@ -9,8 +9,10 @@ it sets the pace). Needs a CUDA GPU.
     python tools/channels_first_bench.py --ceiling-gbps 4246
     python tools/channels_first_bench.py --sweep   # kernel time of each channels_first table variant
 
---sweep times launcher.forward / launcher.backward (channels_first=True) with each candidate of the
-16-bit table entries' "channels_first" field (dyt.planner.CHANNELS_FIRST) swapped in, interleaved in rounds.
+--sweep times launcher.forward / launcher.backward (channels_first=True) with the committed table
+("committed"), and with each candidate of the 16-bit table entries' "channels_first" field
+(dyt.planner.CHANNELS_FIRST) swapped in at every spatial size ("entry": none, the entry's own tile),
+interleaved in rounds.
 """
 
 import argparse
@@ -26,20 +28,25 @@ from dyt import launcher, planner
 SHAPES = [(64, 96, 56, 56), (64, 192, 28, 28), (64, 384, 14, 14), (256, 768, 7, 7), (8, 96, 56, 56)]
 # Candidates for the "channels_first" field of every 16-bit entry ({} = the entry's own tile).
 FWD_VARIANTS = {
+    "committed": None,
     "entry": {},
     "8x512": {"BLOCK_M": 8, "BLOCK_N": 512, "num_warps": 4},
-    "8x1024w8": {"BLOCK_M": 8, "BLOCK_N": 1024, "num_warps": 8},
+    "16x512w8": {"BLOCK_M": 16, "BLOCK_N": 512, "num_warps": 8},
+    "8x256": {"BLOCK_M": 8, "BLOCK_N": 256, "num_warps": 4},
 }
 BWD_VARIANTS = {
+    "committed": None,
     "entry": {},
-    "2x1024_p4": {"BLOCK_M": 2, "BLOCK_N": 1024, "programs_per_sm": 4},
-    "2x1024_p16": {"BLOCK_M": 2, "BLOCK_N": 1024, "programs_per_sm": 16},
-    "2x1024_p64": {"BLOCK_M": 2, "BLOCK_N": 1024, "programs_per_sm": 64},
-    "4x1024_p16": {"BLOCK_M": 4, "BLOCK_N": 1024, "programs_per_sm": 16},
-    "4x1024_p64": {"BLOCK_M": 4, "BLOCK_N": 1024, "programs_per_sm": 64},
+    "entry_s4": {"num_stages": 4},
+    "16x256_p4": {"BLOCK_M": 16, "BLOCK_N": 256, "programs_per_sm": 4},
+    "32x256": {"BLOCK_M": 32, "BLOCK_N": 256},
     "1x1024_p16": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 16},
-    "2x512_p16": {"BLOCK_M": 2, "BLOCK_N": 512, "programs_per_sm": 16},
-    "2x1024_p16_s4": {"BLOCK_M": 2, "BLOCK_N": 1024, "programs_per_sm": 16, "num_stages": 4},
+    "1x1024_p8": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 8},
+    "1x1024_p32": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 32},
+    "2x1024_p8": {"BLOCK_M": 2, "BLOCK_N": 1024, "programs_per_sm": 8},
+    "1x2048_p8": {"BLOCK_M": 1, "BLOCK_N": 2048, "programs_per_sm": 8, "num_warps": 8},
+    "1x1024_p16_s4": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 16, "num_stages": 4},
+    "1x1024_p16_w2": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 16, "num_warps": 2},
 }
 
 
@@ -99,7 +106,9 @@ def compare(ceiling_gbps: float) -> None:
                   f"{r[2]:6.3f} {host_fwd:8.1f} {host_both:8.1f}")  # fmt: skip
 
 
-def _with_variant(table: dict, mode: str, variant: dict) -> dict:
+def _with_variant(table: dict, mode: str, variant: dict | None) -> dict:
+    if variant is None:
+        return table
     swapped = copy.deepcopy(table)
     for entry in swapped[mode]["16bit"]:
         entry.pop(planner.CHANNELS_FIRST, None)
