@@ -305,12 +305,12 @@ def test_channels_first_rows_take_their_table_variant():
 
 def test_channels_first_variants_choose_by_spatial_size():
     """A list of channels_first fields chooses by the spatial size (max_span); the committed sm90 table
-    keeps the entry's own backward tile up to 256 and takes its own past that."""
+    keeps the entry's own backward tile up to 64 and takes its own past that."""
     entry = planner.load_table("sm90")["bwd"]["16bit"][-1]
-    small, large = (planner.channels_first_variant(entry, span) for span in (49, 3136))
-    assert small == {} and large and "max_span" not in large
+    small, middle, large = (planner.channels_first_variant(entry, span) for span in (49, 196, 3136))
+    assert small == {} and middle != large and large and "max_span" not in large
     assert planner.channels_first_variant(entry, 0) is None
-    for C, L, chosen in ((768, 49, small), (96, 3136, large)):
+    for C, L, chosen in ((768, 49, small), (384, 196, middle), (96, 3136, large)):
         plan = planner.plan_backward(64, C * L, 2, channel_span=L, target=SM90)
         tile = (chosen.get("BLOCK_M", entry["BLOCK_M"]), chosen.get("BLOCK_N", entry["BLOCK_N"]))
         assert plan.BLOCK_M * plan.BLOCK_N == tile[0] * tile[1] and plan.BLOCK_N <= tile[1], (plan, tile)
