@@ -423,6 +423,20 @@ def dyt_bwd_kernel(
 
 
 @triton.jit
+def _add_partial_rows(PART_DGAMMA, PART_DBETA, acc_dgamma, acc_dbeta, n_groups, width, cols, col_ok,
+                      BLOCK_G: tl.constexpr):  # fmt: skip
+    """The accumulators plus columns cols of every row of the (n_groups, width) partials, BLOCK_G rows a
+    step, in row order."""
+    for g0 in range(0, n_groups, BLOCK_G):
+        groups = g0 + tl.arange(0, BLOCK_G)
+        mask = (groups < n_groups)[:, None] & col_ok[None, :]
+        offs = groups[:, None] * width + cols[None, :]
+        acc_dgamma += tl.load(PART_DGAMMA + offs, mask=mask, other=0.0)
+        acc_dbeta += tl.load(PART_DBETA + offs, mask=mask, other=0.0)
+    return acc_dgamma, acc_dbeta
+
+
+@triton.jit
 def _finish_dalpha(PART_DALPHA, DALPHA, n_dalpha_partials, BLOCK: tl.constexpr):
     """dalpha: the float64 partials added up in a fixed order, stored in alpha's dtype."""
     acc_dalpha = tl.zeros((BLOCK,), dtype=tl.float64)
@@ -455,12 +469,8 @@ def dyt_bwd_finish_kernel(
         col_ok = cols < N
         acc_dgamma = tl.zeros((BLOCK_G, BLOCK_N), dtype=tl.float32)
         acc_dbeta = tl.zeros((BLOCK_G, BLOCK_N), dtype=tl.float32)
-        for g0 in range(0, n_groups, BLOCK_G):
-            groups = g0 + tl.arange(0, BLOCK_G)
-            mask = (groups < n_groups)[:, None] & col_ok[None, :]
-            offs = groups[:, None] * N + cols[None, :]
-            acc_dgamma += tl.load(PART_DGAMMA + offs, mask=mask, other=0.0)
-            acc_dbeta += tl.load(PART_DBETA + offs, mask=mask, other=0.0)
+        acc_dgamma, acc_dbeta = _add_partial_rows(PART_DGAMMA, PART_DBETA, acc_dgamma, acc_dbeta, n_groups, N,
+                                                  cols, col_ok, BLOCK_G)  # fmt: skip
         tl.store(DGAMMA + cols, tl.sum(acc_dgamma, axis=0).to(DGAMMA.dtype.element_ty), mask=col_ok)
         tl.store(DBETA + cols, tl.sum(acc_dbeta, axis=0).to(DBETA.dtype.element_ty), mask=col_ok)
 
@@ -500,11 +510,7 @@ def dyt_bwd_cf_finish_kernel(
             block = first_block + j
             ok = channel_ok & (block <= last_block)
             slot = block * CHANNEL_SLOTS + channels - (block * MAIN_BLOCK_N) // GAMMA_SPAN
-            for g0 in range(0, n_groups, BLOCK_G):
-                groups = g0 + tl.arange(0, BLOCK_G)
-                mask = (groups < n_groups)[:, None] & ok[None, :]
-                offs = groups[:, None] * width + slot[None, :]
-                acc_dgamma += tl.load(PART_DGAMMA + offs, mask=mask, other=0.0)
-                acc_dbeta += tl.load(PART_DBETA + offs, mask=mask, other=0.0)
+            acc_dgamma, acc_dbeta = _add_partial_rows(PART_DGAMMA, PART_DBETA, acc_dgamma, acc_dbeta,
+                                                      n_groups, width, slot, ok, BLOCK_G)  # fmt: skip
         tl.store(DGAMMA + channels, tl.sum(acc_dgamma, axis=0).to(DGAMMA.dtype.element_ty), mask=channel_ok)
         tl.store(DBETA + channels, tl.sum(acc_dbeta, axis=0).to(DBETA.dtype.element_ty), mask=channel_ok)
