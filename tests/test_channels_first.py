@@ -76,6 +76,26 @@ def test_values_against_the_reference(shape, dtype, seed):
     check_against_reference(cl, _run(x, dy, cl))
 
 
+# Rows wider than the sm90 table's 8192-column buckets, with a spatial size in each of its channels_first
+# backward ranges (up to 64, 65-256, past 256) and its forward variant.
+SM90_WIDE = [(2, 200, 7, 7), (2, 64, 14, 14), (2, 8, 40, 40)]
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("shape", SM90_WIDE, ids=str)
+def test_values_with_the_sm90_channels_first_tiles(shape, dtype, seed):
+    """The committed sm90 table's channels_first tiles, swapped in where the kernels run here, against the
+    reference (on an H200 they are the tiles these shapes take)."""
+    table = planner.load_table("sm90")
+    x, dy, cl = _inputs(shape, DTYPES[dtype], seed=seed, param_dtype=torch.float32)
+    L = math.prod(shape[2:])
+    entry = table["bwd"]["16bit" if dtype == "bf16" else "fp32"][-1]
+    assert x[0].numel() > 8192 and (dtype == "fp32" or planner.channels_first_variant(entry, L) is not None)
+    with launcher.overrides(table=table):
+        check_against_reference(cl, _run(x, dy, cl))
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last", "strided"])
 @pytest.mark.parametrize("beta", [True, False], ids=["beta", "nobeta"])
 def test_layouts_and_beta(layout, beta, seed):
