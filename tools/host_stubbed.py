@@ -3,6 +3,7 @@ Python between `dyt.dyt` and a kernel launch, apart from the GPU and the launche
 machine with Triton installed (no GPU); compare two trees by running it in each.
 
     python tools/host_stubbed.py --shape 64,197,384        # ViT-S/16's norms at batch 64
+    python tools/host_stubbed.py --shape 8,96,56,56 --channels-first   # ConvNeXt-T's first stage
 """
 
 import argparse
@@ -37,7 +38,7 @@ class _Jit:
 
 
 def stub_launches() -> None:
-    for compiled in (launcher.FORWARD, launcher.BACKWARD, launcher.FINISH):
+    for compiled in (launcher.FORWARD, launcher.BACKWARD, launcher.FINISH, launcher.FINISH_CF):
         compiled.kernel = _Jit(compiled.kernel)
     driver = types.SimpleNamespace(get_current_stream=lambda index: 0)
     direct_launch._driver = types.SimpleNamespace(active=driver)
@@ -62,21 +63,27 @@ def host_us(fn, n: int = 3000, repeats: int = 9) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="64,197,384", help="x's shape, comma separated (last: channels)")
+    parser.add_argument("--channels-first", action="store_true",
+                        help="x is (N, C, *spatial), through dyt.dyt_channels_first")  # fmt: skip
     args = parser.parse_args()
     stub_launches()
     shape = tuple(int(s) for s in args.shape.split(","))
     x = torch.randn(*shape, dtype=torch.bfloat16, requires_grad=True)
     a = torch.full((1,), 0.5, requires_grad=True)
-    g, b = (torch.randn(shape[-1], requires_grad=True) for _ in range(2))
+    C = shape[1] if args.channels_first else shape[-1]
+    g, b = (torch.randn(C, requires_grad=True) for _ in range(2))
     dy = torch.randn_like(x)
     leaves = (x, a, g, b)
     detached = tuple(t.detach() for t in leaves)
+    call = dyt.dyt_channels_first if args.channels_first else dyt.dyt
+    name = call.__name__
     cases = {
-        "dyt.dyt forward (autograd)": lambda: dyt.dyt(*leaves),
-        "dyt.dyt forward (no grad)": lambda: dyt.dyt(*detached),
-        "ops.backward_impl": lambda: ops.backward_impl(dy, *detached),
-        "forward + backward (autograd.grad)": lambda: torch.autograd.grad(dyt.dyt(*leaves), leaves, dy),
+        f"dyt.{name} forward (autograd)": lambda: call(*leaves),
+        f"dyt.{name} forward (no grad)": lambda: call(*detached),
+        "forward + backward (autograd.grad)": lambda: torch.autograd.grad(call(*leaves), leaves, dy),
     }
+    if not args.channels_first:
+        cases["ops.backward_impl"] = lambda: ops.backward_impl(dy, *detached)
     print(f"host us per call, launches stubbed, x {tuple(shape)} bf16")
     for name, fn in cases.items():
         print(f"  {name:36s} {host_us(fn):8.2f}")
