@@ -84,6 +84,13 @@ def main() -> None:
     }
     if not args.channels_first:
         cases["ops.backward_impl"] = lambda: ops.backward_impl(dy, *detached)
+    # The yardstick: the eager expression's dispatch alone (aten ops on tensors too small to compute).
+    tiny = (torch.randn(2, 3, 8, dtype=torch.bfloat16, requires_grad=True), a, *(
+        torch.randn(8, requires_grad=True) for _ in range(2)))  # fmt: skip
+    tiny_dy = torch.randn_like(tiny[0])
+    cases["eager expression fwd + bwd, 2x3x8"] = lambda: torch.autograd.grad(
+        torch.tanh(tiny[1] * tiny[0]) * tiny[2] + tiny[3], tiny, tiny_dy
+    )
     print(f"host us per call, launches stubbed, x {tuple(shape)} bf16")
     for name, fn in cases.items():
         print(f"  {name:36s} {host_us(fn):8.2f}")
