@@ -437,6 +437,13 @@ def _add_partial_rows(PART_DGAMMA, PART_DBETA, acc_dgamma, acc_dbeta, n_groups, 
 
 
 @triton.jit
+def _store_param_grads(DGAMMA, DBETA, acc_dgamma, acc_dbeta, index, ok):
+    """dgamma and dbeta at index: the accumulators' column sums, rounded once, to each parameter's dtype."""
+    tl.store(DGAMMA + index, tl.sum(acc_dgamma, axis=0).to(DGAMMA.dtype.element_ty), mask=ok)
+    tl.store(DBETA + index, tl.sum(acc_dbeta, axis=0).to(DBETA.dtype.element_ty), mask=ok)
+
+
+@triton.jit
 def _finish_dalpha(PART_DALPHA, DALPHA, n_dalpha_partials, BLOCK: tl.constexpr):
     """dalpha: the float64 partials added up in a fixed order, stored in alpha's dtype."""
     acc_dalpha = tl.zeros((BLOCK,), dtype=tl.float64)
@@ -471,8 +478,7 @@ def dyt_bwd_finish_kernel(
         acc_dbeta = tl.zeros((BLOCK_G, BLOCK_N), dtype=tl.float32)
         acc_dgamma, acc_dbeta = _add_partial_rows(PART_DGAMMA, PART_DBETA, acc_dgamma, acc_dbeta, n_groups, N,
                                                   cols, col_ok, BLOCK_G)  # fmt: skip
-        tl.store(DGAMMA + cols, tl.sum(acc_dgamma, axis=0).to(DGAMMA.dtype.element_ty), mask=col_ok)
-        tl.store(DBETA + cols, tl.sum(acc_dbeta, axis=0).to(DBETA.dtype.element_ty), mask=col_ok)
+        _store_param_grads(DGAMMA, DBETA, acc_dgamma, acc_dbeta, cols, col_ok)
 
 
 # Channels-first: a contiguous (N, C, *spatial) tensor is N rows of W = C * L elements (L = prod(spatial)),
@@ -512,5 +518,4 @@ def dyt_bwd_cf_finish_kernel(
             slot = block * CHANNEL_SLOTS + channels - (block * MAIN_BLOCK_N) // GAMMA_SPAN
             acc_dgamma, acc_dbeta = _add_partial_rows(PART_DGAMMA, PART_DBETA, acc_dgamma, acc_dbeta,
                                                       n_groups, width, slot, ok, BLOCK_G)  # fmt: skip
-        tl.store(DGAMMA + channels, tl.sum(acc_dgamma, axis=0).to(DGAMMA.dtype.element_ty), mask=channel_ok)
-        tl.store(DBETA + channels, tl.sum(acc_dbeta, axis=0).to(DBETA.dtype.element_ty), mask=channel_ok)
+        _store_param_grads(DGAMMA, DBETA, acc_dgamma, acc_dbeta, channels, channel_ok)

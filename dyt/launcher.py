@@ -4,9 +4,9 @@ Inputs arrive as rows of their last dimension with unit stride (dyt.ops makes th
 whose rows may be strided, or a contiguous tensor of any rank (its M = numel / N rows, taken as they are:
 a reshape per call costs host time); with channels_first, a contiguous (n, C, *spatial) tensor, which is n
 rows of C * L elements (L = prod(spatial), the plans' channel_span). Outputs have the input's shape,
-contiguous. The plans hold every
-kernel argument but the tensors; this module decides nothing about a launch. It holds the process's
-launch overrides (`overrides()`, for tests and tools) and passes them to the planner.
+contiguous. The plans hold every kernel argument but the tensors; this module decides nothing about a
+launch. It holds the process's launch overrides (`overrides()`, for tests and tools) and passes them to
+the planner.
 """
 
 from __future__ import annotations

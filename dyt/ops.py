@@ -107,9 +107,12 @@ def _use_triton(x: torch.Tensor) -> bool:
     return launcher is not None and launcher.interpreter_active() and x.device.type == "cpu"
 
 
-def forward_impl(x, alpha, gamma, beta) -> torch.Tensor:
-    """The forward on validated inputs: kernels for CUDA (or the interpreter), plain PyTorch otherwise."""
+def forward_impl(x, alpha, gamma, beta, *, channels_first: bool = False) -> torch.Tensor:
+    """The forward on validated inputs: kernels for CUDA (or the interpreter), plain PyTorch otherwise.
+    channels_first: x is a contiguous (N, C, *spatial) tensor that the kernels take (dyt_channels_first)."""
     beta = None if beta is None else beta.contiguous()
+    if channels_first:
+        return launcher.forward(x, _as_one(alpha), gamma.contiguous(), beta, x.dtype, channels_first=True)
     if _use_triton(x):
         y = launcher.forward(_as_rows(x), _as_one(alpha), gamma.contiguous(), beta, x.dtype)
     else:
@@ -117,12 +120,16 @@ def forward_impl(x, alpha, gamma, beta) -> torch.Tensor:
     return _shaped_like(y, x)
 
 
-def backward_impl(dy, x, alpha, gamma, beta, *, traced: bool = False):
+def backward_impl(dy, x, alpha, gamma, beta, *, traced: bool = False, channels_first: bool = False):
     """(dx, dalpha shaped (1,), dgamma, dbeta) on validated inputs; dbeta in gamma's dtype without beta.
-    traced: the kernels are launched through torch.library.wrap_triton (the triton op's body)."""
+    traced: the kernels are launched through torch.library.wrap_triton (the triton op's body).
+    channels_first: as forward_impl's (dy of any strides)."""
     if dy.shape != x.shape:
         raise ValueError(f"dyt: dy must have x's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
     dtypes = (x.dtype, alpha.dtype, gamma.dtype, gamma.dtype if beta is None else beta.dtype)
+    if channels_first:
+        return launcher.backward(dy.contiguous(), x, _as_one(alpha), gamma.contiguous(), *dtypes,
+                                 channels_first=True)  # fmt: skip
     if _use_triton(x):
         grads = launcher.backward(_as_rows(dy), _as_rows(x), _as_one(alpha), gamma.contiguous(), *dtypes,
                                   traced=traced)  # fmt: skip
@@ -237,16 +244,18 @@ torch.library.register_autograd("dyt::forward", _backward, setup_context=_setup_
 
 class _EagerDyT(torch.autograd.Function):
     """Eager calls skip the custom-op dispatch layers, which cost more host time than the kernel launch
-    itself (docs/host-path.md)."""
+    itself (docs/host-path.md). channels_first: dyt_channels_first's contiguous input (forward_impl)."""
 
     @staticmethod
-    def forward(ctx, x, alpha, gamma, beta):
+    def forward(ctx, x, alpha, gamma, beta, channels_first):
         _save_for_backward(ctx, x, alpha, gamma, beta)
-        return forward_impl(x, alpha, gamma, beta)
+        ctx.channels_first = channels_first
+        return forward_impl(x, alpha, gamma, beta, channels_first=channels_first)
 
     @staticmethod
     def backward(ctx, dy):
-        return _input_grads(ctx, backward_impl(dy, *ctx.saved_tensors))
+        grads = backward_impl(dy, *ctx.saved_tensors, channels_first=ctx.channels_first)
+        return *_input_grads(ctx, grads), None
 
 
 def dyt(
@@ -267,7 +276,7 @@ def dyt(
         return torch.ops.dyt.forward(x, alpha, gamma, beta)
     validate(x, alpha, gamma, beta)
     if _records_grad(x, alpha, gamma, beta):
-        return _EagerDyT.apply(x, alpha, gamma, beta)
+        return _EagerDyT.apply(x, alpha, gamma, beta, False)
     return forward_impl(x, alpha, gamma, beta)
 
 
@@ -285,29 +294,6 @@ def _records_grad(x, alpha, gamma, beta) -> bool:
 
 
 # Channels-first input: (N, C, *spatial), scaled along dim 1 (ConvNeXt's LayerNorm2d places).
-
-
-class _EagerDyTChannelsFirst(torch.autograd.Function):
-    """Contiguous channels-first x straight into the kernels as N rows of C * L: no copy either way."""
-
-    @staticmethod
-    def forward(ctx, x, alpha, gamma, beta):
-        _save_for_backward(ctx, x, alpha, gamma, beta)
-        return _forward_channels_first(x, alpha, gamma, beta)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, alpha, gamma, beta = ctx.saved_tensors
-        dtypes = (x.dtype, alpha.dtype, gamma.dtype, gamma.dtype if beta is None else beta.dtype)
-        grads = launcher.backward(
-            dy.contiguous(), x, _as_one(alpha), gamma.contiguous(), *dtypes, channels_first=True
-        )
-        return _input_grads(ctx, grads)
-
-
-def _forward_channels_first(x, alpha, gamma, beta):
-    beta = None if beta is None else beta.contiguous()
-    return launcher.forward(x, _as_one(alpha), gamma.contiguous(), beta, x.dtype, channels_first=True)
 
 
 def dyt_channels_first(
@@ -329,5 +315,5 @@ def dyt_channels_first(
             return dyt(moved, alpha, gamma, beta).movedim(-1, 1)
         x = x.contiguous()
     if _records_grad(x, alpha, gamma, beta):
-        return _EagerDyTChannelsFirst.apply(x, alpha, gamma, beta)
-    return _forward_channels_first(x, alpha, gamma, beta)
+        return _EagerDyT.apply(x, alpha, gamma, beta, True)
+    return forward_impl(x, alpha, gamma, beta, channels_first=True)
