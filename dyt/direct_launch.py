@@ -35,7 +35,7 @@ def _signature(tensors) -> tuple:
     return tuple([(t.dtype, not t.data_ptr() % ALIGNMENT) for t in tensors])
 
 
-def _hooks_set() -> bool:
+def hooks_set() -> bool:
     """Launch hooks (a profiler's) see launches only through the JIT path. Triton 3.6 keeps them in
     HookChain objects that are never None (empty chains have no calls); older releases use None."""
     if knobs is None:
@@ -66,13 +66,13 @@ class CompiledKernel:
         where this launch and these tensors' signature were compiled before, on the current stream of the
         tensors' GPU. direct=False (the interpreter) always takes the JIT path. The tensors' GPU must be
         the current device (dyt.launcher makes it so)."""
-        direct = direct and not _hooks_set()
+        direct = direct and not hooks_set()
         if direct:
             index = tensors[0].device.index
             key = (spec, index, _signature(tensors))
             hit = self.cache.get(key)
             if hit is not None:
-                run, function, packed_metadata, tail = hit
+                run, function, packed_metadata, tail, _ = hit
                 run(spec.grid[0], 1, 1, _driver.active.get_current_stream(index), function, packed_metadata,
                     None, None, None, *tensors, *spec.scalars, *tail)  # fmt: skip
                 return
@@ -83,4 +83,10 @@ class CompiledKernel:
         tail = trailing_constexprs(self.kernel, len(tensors) + len(spec.scalars), spec.constexprs)
         fields = ("run", "function", "packed_metadata")
         if tail is not None and compiled is not None and all(hasattr(compiled, f) for f in fields):
-            self.cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, tail)
+            self.cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, tail, compiled)
+
+    def compiled(self, spec, tensors: tuple):
+        """The Triton CompiledKernel this launch and these tensors' signature run directly (on the tensors'
+        GPU), or None where they take the JIT path (dyt.native builds its launch records from it)."""
+        hit = self.cache.get((spec, tensors[0].device.index, _signature(tensors)))
+        return None if hit is None else hit[4]

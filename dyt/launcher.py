@@ -35,16 +35,36 @@ _overrides = planner.Overrides(
 )
 
 
+_IMPORT_OVERRIDES = _overrides
+
+
+def _plain(o: planner.Overrides) -> bool:
+    return dataclasses.replace(o, poison=False) == dataclasses.replace(_IMPORT_OVERRIDES, poison=False)
+
+
+# Whether the current overrides plan as the import-time ones (poison aside): dyt.native's cached launches
+# are planned so, and calls take the native path only then.
+native_plans = True
+
+
 @contextlib.contextmanager
 def overrides(**changes):
     """Temporarily change launch planning, e.g. ``with overrides(int64=True): ...`` (planner.Overrides)."""
-    global _overrides
+    global _overrides, native_plans
     saved = _overrides
     _overrides = dataclasses.replace(saved, **changes)
+    native_plans = _plain(_overrides)
     try:
         yield _overrides
     finally:
         _overrides = saved
+        native_plans = _plain(saved)
+
+
+def native_overrides(poison: bool) -> dict:
+    """The import-time overrides' fields with this poison: what dyt.native's fills plan with."""
+    return {**{f.name: getattr(_IMPORT_OVERRIDES, f.name) for f in dataclasses.fields(_IMPORT_OVERRIDES)},
+            "poison": poison}  # fmt: skip
 
 
 def current_overrides() -> planner.Overrides:

@@ -25,9 +25,9 @@ from dyt import torch_path
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 try:  # Triton is optional: without it CPU tensors still take the plain PyTorch path.
-    from dyt import launcher
+    from dyt import direct_launch, launcher, native
 except ImportError as _err:  # pragma: no cover - exercised only where triton is absent
-    launcher = None
+    direct_launch = launcher = native = None
     _TRITON_IMPORT_ERROR = _err
 
 
@@ -275,9 +275,24 @@ def dyt(
         # one raised in a fake implementation is quoted in the explanation Dynamo shows.
         return torch.ops.dyt.forward(x, alpha, gamma, beta)
     validate(x, alpha, gamma, beta)
+    op = _native_op(x)
+    if op is not None:
+        return op(x, alpha, gamma, beta, False, launcher.current_overrides().poison)
     if _records_grad(x, alpha, gamma, beta):
         return _EagerDyT.apply(x, alpha, gamma, beta, False)
     return forward_impl(x, alpha, gamma, beta)
+
+
+def _native_op(x: torch.Tensor):
+    """torch.ops.dyt_native.dyt where this call runs on the native path, else None (dyt.native says what
+    takes the Python path). Loads the extension on the first CUDA call."""
+    if not x.is_cuda or native is None:
+        return None
+    op = native.OP or native.ensure()
+    if (op is None or not launcher.native_plans or _functorch_active() or direct_launch.hooks_set()
+            or not (x.is_contiguous() or (x.dim() == 2 and x.stride(1) == 1))):  # fmt: skip
+        return None
+    return op
 
 
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
@@ -314,6 +329,9 @@ def dyt_channels_first(
         if moved.is_contiguous() or not _use_triton(x):  # channels-last memory: the row kernels, as is
             return dyt(moved, alpha, gamma, beta).movedim(-1, 1)
         x = x.contiguous()
+    op = _native_op(x)
+    if op is not None:
+        return op(x, alpha, gamma, beta, True, launcher.current_overrides().poison)
     if _records_grad(x, alpha, gamma, beta):
         return _EagerDyT.apply(x, alpha, gamma, beta, True)
     return forward_impl(x, alpha, gamma, beta, channels_first=True)

@@ -133,6 +133,15 @@ def reproduce_command(nodeid: str) -> str:
 
 
 @pytest.fixture
+def python_path(monkeypatch):
+    """Eager CUDA calls on dyt's Python path (dyt.native off), for tests that watch dyt.launcher or the
+    compiled-launch cache: on the native path a shape's second call runs in C++ and calls neither."""
+    from dyt import ops
+
+    monkeypatch.setattr(ops, "_native_op", lambda x: None)
+
+
+@pytest.fixture
 def seed(request) -> int:
     """Fresh inputs every run (the session salt DYT_SEED), reproducible from the nodeid and the salt."""
     value = (zlib.crc32(request.node.nodeid.encode()) ^ int(os.environ["DYT_SEED"])) & 0x7FFFFFFF

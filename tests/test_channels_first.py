@@ -110,7 +110,7 @@ def test_layouts_and_beta(layout, beta, seed):
 
 @needs_kernels
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-def test_no_copy_of_x(layout, seed, monkeypatch):
+def test_no_copy_of_x(layout, seed, monkeypatch, python_path):
     """Contiguous input reaches the kernels as it is, in channels-first mode; channels_last memory the
     kernels as rows, the moved view of x's own storage."""
     x, dy, cl = _inputs((2, 16, 5, 6), torch.bfloat16, seed=seed, layout=layout)

@@ -362,7 +362,7 @@ def test_launches_that_differ_in_a_constant_never_share_a_compiled_kernel(monkey
     def fn(X, n, A: int, B: int):  # two tensors' worth of parameters, one scalar, two constants
         pass
 
-    monkeypatch.setattr(direct_launch, "_hooks_set", lambda: False)
+    monkeypatch.setattr(direct_launch, "hooks_set", lambda: False)
     with_pdl = planner.plan_forward(4096, 1024, 2, target=SM90).kernel
     without = planner.plan_forward(4096, 1024, 2, target=dataclasses.replace(SM90, allow_pdl=False)).kernel
     assert with_pdl.pdl and not without.pdl and with_pdl != without

@@ -90,7 +90,7 @@ def test_ranks(shape, dtype, seed):
     reason="the plain PyTorch path takes (rows, C) views: no kernels to hand tensors to",
 )
 @pytest.mark.parametrize("layout", ["contiguous", "leading_dims_permuted", "expanded_dy"])
-def test_tensors_of_any_rank_reach_the_kernels_as_they_are(layout, seed, monkeypatch):
+def test_tensors_of_any_rank_reach_the_kernels_as_they_are(layout, seed, monkeypatch, python_path):
     """Contiguous x and dy of rank 3 go to the kernels without a reshape (each costs host time per call)
     and the outputs come back in x's shape; where the leading dims do not collapse into rows (permuted)
     or dy's rows repeat (expanded), the (rows, C) view or copy is taken instead. Values against the
@@ -172,7 +172,7 @@ def test_module_matches_functional(seed):
 
 
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "no_input_requires_grad"])
-def test_calls_autograd_need_not_see_skip_the_autograd_function(mode, seed, monkeypatch):
+def test_calls_autograd_need_not_see_skip_the_autograd_function(mode, seed, monkeypatch, python_path):
     """Where no gradient can flow (no_grad, inference_mode, or no input requiring grad) dyt.dyt calls the
     forward directly: the same bits as through autograd, no grad_fn, and none of the autograd.Function's
     host time; with grad enabled and an input requiring it, the Function runs."""
@@ -528,7 +528,7 @@ def test_a_forward_entrys_poly_must_be_known():
         planner.plan_forward(4096, 64, 2, target=SM90, overrides=launcher.current_overrides())
 
 
-def test_launch_call_sites_pass_their_constants_last(monkeypatch, seed):
+def test_launch_call_sites_pass_their_constants_last(monkeypatch, seed, python_path):
     """A direct launch (dyt.direct_launch) hands the compiled launcher every parameter in order: each
     plan's constants must be exactly its kernel's last parameters, in order, or that kernel would quietly
     take the slower JIT path on every call."""

@@ -1,0 +1,542 @@
+// dyt's native host path: the op `dyt_native::dyt`, its autograd node, and the kernel launches, in C++.
+//
+// Steady state runs no Python: the op looks its launches up in a per-shape cache and launches the
+// Triton-compiled kernels through the CUDA driver (cuLaunchKernelEx) on PyTorch's current stream. On a
+// miss it calls the Python op `dyt_native::fill_forward` / `fill_backward` (dyt/native.py), which runs the
+// call through dyt's Python launcher (planning and compiling as usual) and returns the results and the
+// launch record of what it launched; an empty record means "do not cache" (the call stays on the Python
+// path). The records are plain int64 lists whose format dyt/native.py writes and this file reads
+// (docs/host-path.md, "Native path"):
+//
+//   launch   = function, grid, threads, shared bytes, pdl, n_params, (kind, value) * n_params
+//   forward  = launch                                    tensor slots: x y alpha gamma beta
+//   backward = finish_rows, partial_width, n_dalpha, launch main, launch finish
+//              tensor slots: x dy dx alpha gamma part_dgamma part_dbeta part_dalpha dgamma dbeta dalpha
+//
+// Invariant: a cached record is valid for exactly the key it is stored under: the device, every dtype,
+// the row layout (M, N, row strides, channel span), beta's presence and the 16-byte alignment of every
+// pointer that Triton specializes on. Anything the key does not hold must not change a launch.
+//
+// No CUDA headers: the few driver types used are declared here (their layout is CUDA 12's ABI), and the
+// driver is found with dlopen, so the file builds on machines without a CUDA toolkit (CI compiles and
+// tests the parts that need no GPU: record parsing and argument packing).
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <dlfcn.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace dyt_native {
+
+// Errors are std::runtime_error (PyTorch raises them as RuntimeError in Python, and its autograd engine
+// passes them on): a c10::Error constructed in an extension built by another compiler than PyTorch's
+// can crash the process (seen with a GCC 13.3 build of PyTorch), so this file never makes one.
+template <typename... Parts>
+[[noreturn]] void fail(const Parts&... parts) {
+  std::ostringstream message;
+  (message << ... << parts);
+  throw std::runtime_error(message.str());
+}
+
+#define DYT_CHECK(cond, ...)           \
+  do {                                 \
+    if (!(cond)) fail(__VA_ARGS__);    \
+  } while (0)
+
+// ---- the CUDA driver: types of CUDA 12's cuda.h, symbols found at run time -------------------------
+
+using CUresult = int;
+using CUfunction = void*;
+using CUstream = void*;
+
+struct LaunchAttribute {  // CUlaunchAttribute
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int value;
+  } value;
+};
+static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes");
+
+struct LaunchConfig {  // CUlaunchConfig
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+  CUstream stream;
+  LaunchAttribute* attrs;
+  unsigned n_attrs;
+};
+
+constexpr int kProgrammaticStreamSerialization = 6;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+using LaunchKernelEx = CUresult (*)(const LaunchConfig*, CUfunction, void**, void**);
+using GetErrorString = CUresult (*)(CUresult, const char**);
+
+struct Driver {
+  LaunchKernelEx launch = nullptr;
+  GetErrorString error_string = nullptr;
+};
+
+const Driver& driver() {
+  static const Driver d = [] {
+    Driver found;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    DYT_CHECK(lib != nullptr, "dyt_native: cannot load libcuda.so.1: ", dlerror());
+    found.launch = reinterpret_cast<LaunchKernelEx>(dlsym(lib, "cuLaunchKernelEx"));
+    found.error_string = reinterpret_cast<GetErrorString>(dlsym(lib, "cuGetErrorString"));
+    DYT_CHECK(found.launch != nullptr, "dyt_native: the CUDA driver has no cuLaunchKernelEx (CUDA 12+)");
+    return found;
+  }();
+  return d;
+}
+
+CUstream current_stream(const at::Device& device) {
+  return static_cast<CUstream>(
+      c10::impl::getDeviceGuardImpl(device.type())->getStream(device).native_handle());
+}
+
+// ---- launch records -------------------------------------------------------------------------------
+
+enum ParamKind : int64_t { kTensor = 0, kInt32 = 1, kInt64 = 2, kNull = 3 };
+
+struct Param {
+  int64_t kind;
+  int64_t value;  // the tensor slot, or the integer
+};
+
+struct Launch {
+  CUfunction function = nullptr;
+  unsigned grid = 0, threads = 0, shared = 0;
+  bool pdl = false;
+  std::vector<Param> params;
+};
+
+struct ForwardRecord {
+  Launch kernel;
+};
+
+struct BackwardRecord {
+  int64_t finish_rows = 0, partial_width = 0, n_dalpha = 0;
+  Launch main, finish;
+};
+
+// Reads one launch from record[at...]; advances at. n_slots bounds the tensor slots.
+Launch read_launch(const std::vector<int64_t>& record, size_t& at, int64_t n_slots) {
+  DYT_CHECK(record.size() >= at + 6, "dyt_native: launch record too short");
+  Launch launch;
+  launch.function = reinterpret_cast<CUfunction>(static_cast<uintptr_t>(record[at]));
+  auto bounded = [](int64_t v, const char* what) {
+    DYT_CHECK(v >= 0 && v <= INT32_MAX, "dyt_native: launch record ", what, " out of range: ", v);
+    return static_cast<unsigned>(v);
+  };
+  launch.grid = bounded(record[at + 1], "grid");
+  launch.threads = bounded(record[at + 2], "threads");
+  launch.shared = bounded(record[at + 3], "shared bytes");
+  launch.pdl = record[at + 4] != 0;
+  int64_t n = record[at + 5];
+  at += 6;
+  DYT_CHECK(n >= 0 && record.size() >= at + 2 * static_cast<size_t>(n),
+              "dyt_native: launch record too short for ", n, " parameters");
+  for (int64_t i = 0; i < n; ++i, at += 2) {
+    Param p{record[at], record[at + 1]};
+    DYT_CHECK(p.kind >= kTensor && p.kind <= kNull, "dyt_native: unknown parameter kind ", p.kind);
+    DYT_CHECK(p.kind != kTensor || (p.value >= 0 && p.value < n_slots),
+                "dyt_native: tensor slot ", p.value, " out of range");
+    DYT_CHECK(p.kind != kInt32 || (p.value >= INT32_MIN && p.value <= INT32_MAX),
+                "dyt_native: int32 parameter out of range: ", p.value);
+    launch.params.push_back(p);
+  }
+  return launch;
+}
+
+constexpr int64_t kForwardSlots = 5;
+constexpr int64_t kBackwardSlots = 11;
+
+ForwardRecord read_forward(const std::vector<int64_t>& record) {
+  size_t at = 0;
+  ForwardRecord r{read_launch(record, at, kForwardSlots)};
+  DYT_CHECK(at == record.size(), "dyt_native: forward record has trailing values");
+  return r;
+}
+
+BackwardRecord read_backward(const std::vector<int64_t>& record) {
+  DYT_CHECK(record.size() >= 3, "dyt_native: backward record too short");
+  BackwardRecord r;
+  r.finish_rows = record[0];
+  r.partial_width = record[1];
+  r.n_dalpha = record[2];
+  DYT_CHECK(r.finish_rows > 0 && r.partial_width > 0 && r.n_dalpha > 0,
+              "dyt_native: backward record's partial shapes must be positive");
+  size_t at = 3;
+  r.main = read_launch(record, at, kBackwardSlots);
+  r.finish = read_launch(record, at, kBackwardSlots);
+  DYT_CHECK(at == record.size(), "dyt_native: backward record has trailing values");
+  return r;
+}
+
+// The 64-bit value each kernel parameter receives (pointers as addresses); packing widens nothing:
+// int32 parameters are passed as 4 bytes.
+struct Packed {
+  std::array<int64_t, 32> values{};
+  std::array<int32_t, 32> narrow{};
+  std::array<void*, 32> pointers{};
+  size_t n = 0;
+};
+
+void pack(const Launch& launch, const std::array<const at::Tensor*, kBackwardSlots>& slots, Packed& out) {
+  DYT_CHECK(launch.params.size() <= out.values.size(), "dyt_native: too many kernel parameters");
+  out.n = launch.params.size();
+  for (size_t i = 0; i < out.n; ++i) {
+    const Param& p = launch.params[i];
+    switch (p.kind) {
+      case kTensor:
+        out.values[i] = reinterpret_cast<int64_t>(slots[p.value]->data_ptr());
+        out.pointers[i] = &out.values[i];
+        break;
+      case kInt32:
+        out.narrow[i] = static_cast<int32_t>(p.value);
+        out.values[i] = p.value;
+        out.pointers[i] = &out.narrow[i];
+        break;
+      case kInt64:
+        out.values[i] = p.value;
+        out.pointers[i] = &out.values[i];
+        break;
+      default:  // kNull: Triton's scratch pointers, unused by kernels that ask for no scratch
+        out.values[i] = 0;
+        out.pointers[i] = &out.values[i];
+    }
+  }
+}
+
+void launch_on(const Launch& launch, const std::array<const at::Tensor*, kBackwardSlots>& slots,
+               const at::Device& device) {
+  Packed packed;
+  pack(launch, slots, packed);
+  LaunchAttribute pdl{};
+  pdl.id = kProgrammaticStreamSerialization;
+  pdl.value.value = 1;
+  LaunchConfig config{launch.grid, 1, 1, launch.threads, 1, 1, launch.shared, current_stream(device),
+                      launch.pdl ? &pdl : nullptr, launch.pdl ? 1u : 0u};
+  const Driver& d = driver();
+  CUresult rc = d.launch(&config, launch.function, packed.pointers.data(), nullptr);
+  if (rc != 0) {
+    const char* message = "unknown error";
+    if (d.error_string != nullptr) d.error_string(rc, &message);
+    fail("dyt_native: kernel launch failed: ", message, " (CUresult ", rc, ")");
+  }
+}
+
+// ---- the cache ------------------------------------------------------------------------------------
+
+using Key = std::array<int64_t, 12>;
+
+struct KeyHash {
+  size_t operator()(const Key& k) const noexcept {
+    size_t h = 1469598103934665603ull;
+    for (int64_t v : k) h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
+    return h;
+  }
+};
+
+constexpr size_t kMaxEntries = 4096;  // a process with ever-new shapes refills rather than grows
+
+template <typename Record>
+struct Cache {
+  std::mutex lock;
+  std::unordered_map<Key, Record, KeyHash> entries;
+
+  std::optional<Record> find(const Key& key) {
+    std::lock_guard<std::mutex> guard(lock);
+    auto it = entries.find(key);
+    if (it == entries.end()) return std::nullopt;
+    return it->second;
+  }
+  void put(const Key& key, Record record) {
+    std::lock_guard<std::mutex> guard(lock);
+    if (entries.size() >= kMaxEntries) entries.clear();
+    entries[key] = std::move(record);
+  }
+  int64_t size() {
+    std::lock_guard<std::mutex> guard(lock);
+    return static_cast<int64_t>(entries.size());
+  }
+  void clear() {
+    std::lock_guard<std::mutex> guard(lock);
+    entries.clear();
+  }
+};
+
+Cache<ForwardRecord>& forward_cache() {
+  static Cache<ForwardRecord> c;
+  return c;
+}
+Cache<BackwardRecord>& backward_cache() {
+  static Cache<BackwardRecord> c;
+  return c;
+}
+
+// ---- row layouts (dyt/launcher.py's rows_of) ------------------------------------------------------
+
+struct Rows {
+  int64_t M, N, stride, span;
+};
+
+// A 2-D view with unit column stride, or a contiguous tensor; channels_first: contiguous (n, C, *spatial)
+// as n rows of C * L (a 2-D one is plain rows). Anything else is the caller's to make contiguous.
+bool row_layout(const at::Tensor& t) {
+  return t.is_contiguous() || (t.dim() == 2 && (t.stride(1) == 1 || t.size(1) == 1));
+}
+
+Rows rows_of(const at::Tensor& t, bool channels_first) {
+  if (t.dim() == 2) return {t.size(0), t.size(1), t.stride(0), 1};
+  if (channels_first) {
+    int64_t M = t.size(0);
+    int64_t N = M ? t.numel() / M : 0;
+    return {M, N, N, (N && t.size(1)) ? N / t.size(1) : 1};
+  }
+  int64_t N = t.size(-1);
+  return {N ? t.numel() / N : 0, N, N, 1};
+}
+
+int64_t aligned(const at::Tensor& t) {
+  return (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16) == 0 ? 1 : 0;
+}
+
+int64_t dtype_code(const std::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined() ? static_cast<int64_t>(t->scalar_type()) + 1 : 0;
+}
+
+Key forward_key(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
+                const std::optional<at::Tensor>& beta, bool channels_first) {
+  Rows r = rows_of(x, channels_first);
+  bool has_beta = beta.has_value() && beta->defined();
+  int64_t align = aligned(x) | aligned(alpha) << 1 | aligned(gamma) << 2 | (has_beta ? aligned(*beta) << 3 : 0);
+  return {1, x.device().index(), dtype_code(x), dtype_code(alpha), dtype_code(gamma), dtype_code(beta),
+          r.M, r.N, r.stride, r.span, align, channels_first};
+}
+
+Key backward_key(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
+                 const std::optional<at::Tensor>& beta, bool channels_first) {
+  Rows r = rows_of(x, channels_first);
+  int64_t dy_stride = rows_of(dy, channels_first).stride;
+  int64_t align = aligned(x) | aligned(dy) << 1 | aligned(alpha) << 2 | aligned(gamma) << 3;
+  int64_t dtypes = dtype_code(x) | dtype_code(dy) << 8 | dtype_code(alpha) << 16 | dtype_code(gamma) << 24 |
+                   dtype_code(beta) << 32;
+  return {2, x.device().index(), dtypes, r.M, r.N, r.stride, dy_stride, r.span, align, channels_first, 0, 0};
+}
+
+at::Tensor output(at::IntArrayRef shape, const at::TensorOptions& options, bool poison) {
+  return poison ? at::full(shape, NAN, options) : at::empty(shape, options);
+}
+
+// ---- the Python fill ops --------------------------------------------------------------------------
+
+std::tuple<at::Tensor, std::vector<int64_t>> fill_forward(const at::Tensor& x, const at::Tensor& alpha,
+                                                          const at::Tensor& gamma,
+                                                          const std::optional<at::Tensor>& beta,
+                                                          bool channels_first, bool poison) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("dyt_native::fill_forward", "")
+                       .typed<std::tuple<at::Tensor, std::vector<int64_t>>(
+                           const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                           const std::optional<at::Tensor>&, bool, bool)>();
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(x, alpha, gamma, beta, channels_first, poison);
+}
+
+using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>> fill_backward(
+    const at::Tensor& dy, const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
+    const std::optional<at::Tensor>& beta, bool channels_first, bool poison) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("dyt_native::fill_backward", "")
+                       .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>>(
+                           const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                           const std::optional<at::Tensor>&, bool, bool)>();
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(dy, x, alpha, gamma, beta, channels_first, poison);
+}
+
+// ---- forward and backward -------------------------------------------------------------------------
+
+at::Tensor contiguous_param(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+// x in a row layout (the Python caller checks row_layout); alpha one element; gamma, beta (C,).
+at::Tensor forward_cuda(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma_in,
+                        const std::optional<at::Tensor>& beta_in, bool channels_first, bool poison) {
+  DYT_CHECK(x.is_cuda(), "dyt_native: x must be a CUDA tensor (other devices take dyt's Python path)");
+  DYT_CHECK(row_layout(x), "dyt_native: x must be contiguous or a 2-D view with unit column stride");
+  at::Tensor gamma = contiguous_param(gamma_in);
+  std::optional<at::Tensor> beta;
+  if (beta_in.has_value() && beta_in->defined()) beta = contiguous_param(*beta_in);
+  c10::DeviceGuard device_guard(x.device());
+  if (x.numel() == 0) return std::get<0>(fill_forward(x, alpha, gamma, beta, channels_first, poison));
+  Key key = forward_key(x, alpha, gamma, beta, channels_first);
+  if (auto hit = forward_cache().find(key)) {
+    at::Tensor y = output(x.sizes(), x.options(), poison);
+    const at::Tensor& b = beta.has_value() ? *beta : gamma;
+    launch_on(hit->kernel, {&x, &y, &alpha, &gamma, &b}, x.device());
+    return y;
+  }
+  auto [y, record] = fill_forward(x, alpha, gamma, beta, channels_first, poison);
+  if (!record.empty()) forward_cache().put(key, read_forward(record));
+  return y;
+}
+
+Grads backward_cuda(const at::Tensor& dy_in, const at::Tensor& x, const at::Tensor& alpha,
+                    const at::Tensor& gamma, const std::optional<at::Tensor>& beta, bool channels_first,
+                    bool poison) {
+  DYT_CHECK(dy_in.sizes() == x.sizes(), "dyt: dy must have x's shape ", x.sizes(), ", got ", dy_in.sizes());
+  at::Tensor dy = (!channels_first && row_layout(dy_in)) || dy_in.is_contiguous() ? dy_in : dy_in.contiguous();
+  c10::DeviceGuard device_guard(x.device());
+  Key key = backward_key(dy, x, alpha, gamma, beta, channels_first);
+  auto hit = x.numel() ? backward_cache().find(key) : std::nullopt;
+  if (!hit) {
+    auto [dx, dalpha, dgamma, dbeta, record] = fill_backward(dy, x, alpha, gamma, beta, channels_first, poison);
+    if (!record.empty()) backward_cache().put(key, read_backward(record));
+    return {dx, dalpha, dgamma, dbeta};
+  }
+  const BackwardRecord& r = *hit;
+  int64_t C = channels_first && x.dim() != 2 ? x.size(1) : x.size(-1);
+  auto on = [&](at::ScalarType t) { return x.options().dtype(t); };
+  at::Tensor dx = output(x.sizes(), x.options(), poison);
+  at::Tensor part_dgamma = output({r.finish_rows, r.partial_width}, on(at::kFloat), poison);
+  at::Tensor part_dbeta = output({r.finish_rows, r.partial_width}, on(at::kFloat), poison);
+  at::Tensor part_dalpha = output({r.n_dalpha}, on(at::kDouble), poison);
+  at::Tensor dalpha = output({1}, on(alpha.scalar_type()), poison);
+  at::Tensor dgamma = output({C}, on(gamma.scalar_type()), poison);
+  at::Tensor dbeta = output({C}, on(beta.has_value() ? beta->scalar_type() : gamma.scalar_type()), poison);
+  std::array<const at::Tensor*, kBackwardSlots> slots{&x,         &dy,          &dx,          &alpha,
+                                                      &gamma,     &part_dgamma, &part_dbeta,  &part_dalpha,
+                                                      &dgamma,    &dbeta,       &dalpha};
+  launch_on(r.main, slots, x.device());
+  launch_on(r.finish, slots, x.device());
+  return {dx, dalpha, dgamma, dbeta};
+}
+
+// ---- autograd ---------------------------------------------------------------------------------------
+
+struct DyTFunction : public torch::autograd::Function<DyTFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& alpha, const at::Tensor& gamma,
+                            const std::optional<at::Tensor>& beta, bool channels_first, bool poison) {
+    at::Tensor gamma_c = contiguous_param(gamma);
+    std::optional<at::Tensor> beta_c;
+    if (beta.has_value() && beta->defined()) beta_c = contiguous_param(*beta);
+    // Only x is kept among activation-sized tensors: y and tanh are recomputed in the backward.
+    ctx->save_for_backward({x, alpha, gamma_c, beta_c.has_value() ? *beta_c : at::Tensor()});
+    ctx->saved_data["channels_first"] = channels_first;
+    ctx->saved_data["poison"] = poison;
+    return forward_cuda(x, alpha, gamma_c, beta_c, channels_first, poison);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& alpha = saved[1];
+    std::optional<at::Tensor> beta;
+    if (saved[3].defined()) beta = saved[3];
+    auto [dx, dalpha, dgamma, dbeta] =
+        backward_cuda(grads[0], x, alpha, saved[2], beta, ctx->saved_data["channels_first"].toBool(),
+                      ctx->saved_data["poison"].toBool());
+    if (alpha.dim() != 1) dalpha = dalpha.reshape(alpha.sizes());
+    return {dx, dalpha, dgamma, beta.has_value() ? dbeta : at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor dyt_autograd(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
+                        const std::optional<at::Tensor>& beta, bool channels_first, bool poison) {
+  return DyTFunction::apply(x, alpha, gamma, beta, channels_first, poison);
+}
+
+// ---- what tests and tools see ---------------------------------------------------------------------
+
+// The values a record's launches would pass, for the tensors given in slot order (CPU tensors work:
+// only their addresses are read): per launch, one int64 per parameter.
+std::vector<int64_t> packed_arguments(const std::vector<int64_t>& record, bool backward,
+                                      at::TensorList tensors) {
+  std::vector<Launch> launches;
+  if (backward) {
+    BackwardRecord r = read_backward(record);
+    launches = {r.main, r.finish};
+  } else {
+    launches = {read_forward(record).kernel};
+  }
+  std::array<const at::Tensor*, kBackwardSlots> slots{};
+  DYT_CHECK(tensors.size() == static_cast<size_t>(backward ? kBackwardSlots : kForwardSlots),
+              "dyt_native: packed_arguments wants one tensor per slot");
+  for (size_t i = 0; i < tensors.size(); ++i) slots[i] = &tensors[i];
+  std::vector<int64_t> out;
+  for (const Launch& launch : launches) {
+    Packed packed;
+    pack(launch, slots, packed);
+    for (size_t i = 0; i < packed.n; ++i) {
+      const Param& p = launch.params[i];
+      int64_t passed = p.kind == kInt32 ? *static_cast<int32_t*>(packed.pointers[i])
+                                        : *static_cast<int64_t*>(packed.pointers[i]);
+      out.push_back(passed);
+    }
+  }
+  return out;
+}
+
+int64_t cache_entries(bool backward) {
+  return backward ? backward_cache().size() : forward_cache().size();
+}
+
+void clear_cache() {
+  forward_cache().clear();
+  backward_cache().clear();
+}
+
+// Stores a record as a miss would, for tests of the cache itself (the key from these tensors).
+void store_forward_record(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
+                          const std::optional<at::Tensor>& beta, bool channels_first,
+                          const std::vector<int64_t>& record) {
+  forward_cache().put(forward_key(x, alpha, gamma, beta, channels_first), read_forward(record));
+}
+
+bool has_forward_record(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
+                        const std::optional<at::Tensor>& beta, bool channels_first) {
+  return forward_cache().find(forward_key(x, alpha, gamma, beta, channels_first)).has_value();
+}
+
+}  // namespace dyt_native
+
+TORCH_LIBRARY(dyt_native, m) {
+  m.def("dyt(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first, bool poison) -> Tensor");
+  m.def("fill_forward(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first, bool poison)"
+        " -> (Tensor, int[])");
+  m.def("fill_backward(Tensor dy, Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first,"
+        " bool poison) -> (Tensor, Tensor, Tensor, Tensor, int[])");
+  m.def("packed_arguments(int[] record, bool backward, Tensor[] tensors) -> int[]",
+        &dyt_native::packed_arguments);
+  m.def("cache_entries(bool backward) -> int", &dyt_native::cache_entries);
+  m.def("clear_cache() -> ()", &dyt_native::clear_cache);
+  m.def("store_forward_record(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first,"
+        " int[] record) -> ()",
+        &dyt_native::store_forward_record);
+  m.def("has_forward_record(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first) -> bool",
+        &dyt_native::has_forward_record);
+}
+
+TORCH_LIBRARY_IMPL(dyt_native, CUDA, m) { m.impl("dyt", &dyt_native::forward_cuda); }
+
+TORCH_LIBRARY_IMPL(dyt_native, Autograd, m) { m.impl("dyt", &dyt_native::dyt_autograd); }

@@ -1,0 +1,313 @@
+"""module: the native host path (dyt.native, dyt/csrc/dyt_native.cpp): its build, records, cache and fallback.
+
+On any machine: the extension builds and loads; launch records are parsed and packed as the kernels
+receive them; the cache's key tells apart every layout, dtype and alignment a compiled kernel depends on;
+where the extension cannot be built dyt warns once and keeps the Python path. On a GPU: calls take the
+native path from their second call, with the Python path's bits, under CUDA graphs too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from dyt import launcher, native, ops  # noqa: E402
+
+from helpers import DTYPES, make_inputs, run  # noqa: E402
+
+pytestmark = pytest.mark.module
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def ext():
+    """torch.ops.dyt_native, built (or found built) for this torch."""
+    native.build()
+    return torch.ops.dyt_native
+
+
+def _launch(function, grid, threads, shared, pdl, params):
+    fields = [function, grid, threads, shared, pdl, len(params)]
+    for kind, value in params:
+        fields += [kind, value]
+    return fields
+
+
+def test_packed_arguments_are_what_each_parameter_receives(ext):
+    """Tensor slots become their tensors' addresses, int32 and int64 values stay themselves, Triton's
+    scratch pointers are null; the backward record's two launches pack from one slot list."""
+    tensors = [torch.empty(3 + i) for i in range(5)]
+    params = [(native.TENSOR, 0), (native.TENSOR, 4), (native.INT32, -7), (native.INT64, 2**40 + 3),
+              (native.NULL, 0)]  # fmt: skip
+    record = _launch(0x1234, 96, 128, 0, 1, params)
+    got = ext.packed_arguments(record, False, tensors)
+    assert got == [tensors[0].data_ptr(), tensors[4].data_ptr(), -7, 2**40 + 3, 0]
+
+    slots = [torch.empty(2 + i) for i in range(11)]
+    main = _launch(1, 8, 256, 0, 0, [(native.TENSOR, 2), (native.INT32, 5)])
+    finish = _launch(2, 3, 128, 0, 1, [(native.TENSOR, 10), (native.TENSOR, 5), (native.NULL, 0)])
+    got = ext.packed_arguments([4, 96, 7, *main, *finish], True, slots)
+    assert got == [slots[2].data_ptr(), 5, slots[10].data_ptr(), slots[5].data_ptr(), 0]
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        (_launch(1, 1, 32, 0, 0, [(9, 0)]), "unknown parameter kind 9"),
+        (_launch(1, 1, 32, 0, 0, [(native.TENSOR, 5)]), "tensor slot 5 out of range"),
+        (_launch(1, 1, 32, 0, 0, [(native.INT32, 2**31)]), "int32 parameter out of range"),
+        (_launch(1, -1, 32, 0, 0, []), "grid out of range"),
+        ([1, 1, 32, 0, 0, 3, native.TENSOR, 0], "too short for 3 parameters"),
+        ([*_launch(1, 1, 32, 0, 0, []), 0], "trailing values"),
+        ([1, 2], "launch record too short"),
+    ],
+    ids=["kind", "slot", "int32", "grid", "short_params", "trailing", "short"],
+)
+def test_malformed_records_are_refused(ext, record, message):
+    with pytest.raises(RuntimeError, match=message):
+        ext.packed_arguments(record, False, [torch.empty(1)] * 5)
+
+
+def test_the_op_refuses_what_it_cannot_launch(ext):
+    """Errors from the extension arrive as RuntimeError naming the problem (never a crash): tensors off
+    CUDA, and on a GPU an x that is neither contiguous nor 2-D rows with unit column stride."""
+    x, alpha, gamma, beta = _args(torch.randn(4, 8))
+    with pytest.raises(RuntimeError, match="x must be a CUDA tensor"):
+        ext.dyt(x, alpha, gamma, beta, False, False)
+    if torch.cuda.is_available():
+        x, alpha, gamma, beta = (t.cuda() for t in _args(torch.randn(8, 4).t()))
+        with pytest.raises(RuntimeError, match="x must be contiguous or a 2-D view"):
+            ext.dyt(x, alpha, gamma, beta, False, False)
+
+
+def test_backward_records_need_positive_partial_shapes(ext):
+    launch = _launch(1, 1, 32, 0, 0, [])
+    with pytest.raises(RuntimeError, match="partial shapes must be positive"):
+        ext.packed_arguments([0, 96, 1, *launch, *launch], True, [torch.empty(1)] * 11)
+
+
+def _args(x, dtype=torch.float32, beta=True):
+    C = x.shape[-1]
+    beta = torch.zeros(C, dtype=dtype) if beta else None
+    return x, torch.ones(1, dtype=dtype), torch.ones(C, dtype=dtype), beta
+
+
+def test_the_cache_key_tells_apart_what_compiled_kernels_depend_on(ext):
+    """A record stored for one call is found for the same layout and nothing else: another dtype, row
+    count, row stride, pointer alignment (Triton specializes on 16 bytes), beta's presence or the
+    channels-first reading of the same tensor each need their own."""
+    ext.clear_cache()
+    x = torch.empty(64, 97, dtype=torch.bfloat16)[:, :96]  # rows strided by 97
+    record = _launch(1, 4, 128, 0, 0, [(native.TENSOR, 0)])
+    ext.store_forward_record(*_args(x), False, record)
+    assert ext.cache_entries(False) == 1
+    assert ext.has_forward_record(*_args(torch.empty(64, 97, dtype=torch.bfloat16)[:, :96]), False)
+    misaligned = torch.empty(64 * 97 + 1, dtype=torch.bfloat16)[1:].view(64, 97)[:, :96]
+    assert misaligned.data_ptr() % 16 and not x.data_ptr() % 16
+    others = {
+        "dtype": _args(torch.empty(64, 97)[:, :96]),
+        "param_dtype": _args(x, torch.bfloat16),
+        "rows": _args(x[:32]),
+        "row_stride": _args(torch.empty(64, 96, dtype=torch.bfloat16)),
+        "alignment": _args(misaligned),
+        "no_beta": _args(x, beta=False),
+    }
+    for name, args in others.items():
+        assert not ext.has_forward_record(*args, False), name
+    cf = torch.empty(4, 6, 5, 7, dtype=torch.bfloat16)
+    ext.store_forward_record(*_args(cf), False, record)
+    assert ext.has_forward_record(*_args(cf), False) and not ext.has_forward_record(*_args(cf), True)
+    ext.clear_cache()
+    assert ext.cache_entries(False) == 0 and not ext.has_forward_record(*_args(x), False)
+
+
+PTX_ENTRY = """
+.visible .entry dyt_fwd_kernel(
+	.param .u64 .ptr .global .align 1 dyt_fwd_kernel_param_0,
+	.param .u32 dyt_fwd_kernel_param_1,
+	.param .u64 dyt_fwd_kernel_param_2,
+	.param .u64 .ptr .global .align 1 dyt_fwd_kernel_param_3
+)
+.reqntid 128
+{
+"""
+
+
+def test_ptx_parameters():
+    assert native.ptx_parameters(PTX_ENTRY) == ["ptr", "u32", "u64", "ptr"]
+    assert native.ptx_parameters(PTX_ENTRY + PTX_ENTRY) is None  # one entry per kernel, or no record
+    assert native.ptx_parameters(PTX_ENTRY.replace(".u32", ".f16")) is None
+
+
+def test_native_plans_follow_the_launch_overrides():
+    """Cached records are planned with the import-time overrides: poison changes only allocation, any
+    other override sends calls back to the Python path while it holds."""
+    assert launcher.native_plans
+    with launcher.overrides(poison=True):
+        assert launcher.native_plans
+    with launcher.overrides(int64=True):
+        assert not launcher.native_plans
+        with launcher.overrides(int64=False):
+            assert launcher.native_plans
+        assert not launcher.native_plans
+    assert launcher.native_plans
+    assert launcher.native_overrides(True)["poison"] and not launcher.native_overrides(False)["poison"]
+
+
+def test_cpu_tensors_never_take_the_native_path():
+    assert ops._native_op(torch.empty(4, 8)) is None
+
+
+_FALLBACK = textwrap.dedent(
+    """
+    import warnings
+    from dyt import native
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first, second = native.ensure(), native.ensure()
+    print(first, second, native.state()[0], sum("native host path is unavailable" in str(w.message)
+          for w in caught))
+    """
+)
+
+
+@pytest.mark.parametrize("case", ["no_compiler", "disabled"])
+def test_without_a_compiler_dyt_warns_once_and_keeps_the_python_path(case, tmp_path):
+    """A fresh build folder and a compiler that does not exist: the build fails, ensure() says so in one
+    warning and answers None from then on (the Python path). DYT_NATIVE=0: no build, no warning."""
+    env = {**os.environ, "DYT_NATIVE_DIR": str(tmp_path), "CXX": str(tmp_path / "no-such-c++"),
+           "PYTHONPATH": ROOT}  # fmt: skip
+    if case == "disabled":
+        env["DYT_NATIVE"] = "0"
+    out = subprocess.run([sys.executable, "-c", _FALLBACK], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    state = "unavailable" if case == "no_compiler" else "disabled"
+    warned = 1 if case == "no_compiler" else 0
+    assert out.stdout.split() == ["None", "None", state, str(warned)], out.stdout + out.stderr[-2000:]
+
+
+# ---- on a GPU ------------------------------------------------------------------------------------------
+
+
+def _python_path(monkeypatch):
+    monkeypatch.setattr(ops, "_native_op", lambda x: None)
+
+
+CASES = {
+    "rows_bf16_fp32_params": ((6, 50, 384), "bf16", torch.float32, True, False),
+    "rows_fp16_no_beta": ((300, 96), "fp16", None, False, False),
+    "rows_fp32": ((7, 1000), "fp32", None, True, False),
+    "narrow_folded": ((4096, 64), "bf16", None, True, False),
+    "channels_first": ((4, 24, 7, 9), "bf16", torch.float32, True, True),
+}
+
+
+def _run_case(shape, dtype, param_dtype, beta, channels_first, seed):
+    """Forward and backward of fresh inputs (channels-first: x and dy of shape (N, C, *spatial))."""
+    import dyt
+
+    if not channels_first:
+        inp = make_inputs(shape, DTYPES[dtype], seed=seed, param_dtype=param_dtype, beta=beta)
+        return inp, run(inp)
+    last = (shape[0], *shape[2:], shape[1])
+    inp = make_inputs(last, DTYPES[dtype], seed=seed, param_dtype=param_dtype, beta=beta)
+    inp.x = inp.x.detach().movedim(-1, 1).contiguous().requires_grad_()
+    inp.dy = inp.dy.movedim(-1, 1).contiguous()
+    return inp, run(inp, dyt.dyt_channels_first)
+
+
+@pytest.mark.gpu_only
+@pytest.mark.parametrize("case", list(CASES))
+def test_native_calls_give_the_python_paths_bits(case, seed, monkeypatch):
+    """From its second call a shape runs on the native path (the launcher is not called, the caches hold
+    its records) and gives the Python path's bits for y and every gradient."""
+    assert native.ensure() is not None, native.state()
+    torch.ops.dyt_native.clear_cache()
+    shape, dtype, param_dtype, beta, cf = CASES[case]
+    _, first = _run_case(shape, dtype, param_dtype, beta, cf, seed)  # fills the caches
+    assert torch.ops.dyt_native.cache_entries(False) == 1 and torch.ops.dyt_native.cache_entries(True) == 1
+    calls = []
+    for name, real in (("forward", launcher.forward), ("backward", launcher.backward)):
+        monkeypatch.setattr(launcher, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
+    inp, fast = _run_case(shape, dtype, param_dtype, beta, cf, seed)
+    assert calls == [], "the second call went through dyt.launcher"
+    _python_path(monkeypatch)
+    inp_py, slow = _run_case(shape, dtype, param_dtype, beta, cf, seed)
+    assert calls == ["forward", "backward"]
+    for name, a, b in zip(("y", "dx", "dalpha", "dgamma", "dbeta"), fast, slow, strict=True):
+        if a is None:
+            assert b is None and not beta
+            continue
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), name
+    assert fast[2].shape == inp.alpha.shape
+
+
+@pytest.mark.gpu_only
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "no_input_requires_grad"])
+def test_native_calls_autograd_need_not_see_have_no_grad_fn(mode, seed):
+    """The native op records nothing where no gradient can flow, with the bits of a recorded call."""
+    import dyt
+
+    inp = make_inputs((37, 96), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    args = (inp.x, inp.alpha, inp.gamma, inp.beta)
+    through_autograd = dyt.dyt(*args)
+    assert through_autograd.grad_fn is not None and "DyTFunction" in type(through_autograd.grad_fn).__name__
+    if mode == "no_input_requires_grad":
+        y = dyt.dyt(*(t.detach() for t in args))
+    else:
+        with getattr(torch, mode)():
+            y = dyt.dyt(*args)
+    assert y.grad_fn is None and not y.requires_grad
+    assert torch.equal(y, through_autograd.detach())
+
+
+@pytest.mark.gpu_only
+def test_native_forward_allocates_only_y(seed):
+    """No copy of x on the way in: a cached contiguous forward allocates one block, y's."""
+    import dyt
+
+    inp = make_inputs((8, 96, 14, 14), torch.bfloat16, seed=seed)
+    with torch.no_grad():
+        dyt.dyt_channels_first(inp.x, inp.alpha, inp.gamma, inp.beta)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        y = dyt.dyt_channels_first(inp.x, inp.alpha, inp.gamma, inp.beta)
+        after = torch.cuda.memory_stats()["allocation.all.allocated"]
+    assert after - before == 1 and y.shape == inp.x.shape
+
+
+@pytest.mark.gpu_only
+def test_native_launches_are_captured_by_cuda_graphs(seed):
+    """Forward and backward on the native path inside a CUDA graph: replays give eager's bits."""
+    import dyt
+
+    inp = make_inputs((64, 197, 384), torch.bfloat16, seed=seed)
+    x, alpha, gamma, beta, dy = inp.x, inp.alpha, inp.gamma, inp.beta, inp.dy
+    leaves = (x, alpha, gamma, beta)
+    eager = [t.clone() for t in torch.autograd.grad(dyt.dyt(*leaves), leaves, dy)]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            torch.autograd.grad(dyt.dyt(*leaves), leaves, dy)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with warnings.catch_warnings(), torch.cuda.graph(graph):
+        grads = torch.autograd.grad(dyt.dyt(*leaves), leaves, dy)
+    x.data.mul_(0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    again = torch.autograd.grad(dyt.dyt(*leaves), leaves, dy)
+    for a, b in zip(grads, again, strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(grads[0], eager[0])  # the replay read the new x
