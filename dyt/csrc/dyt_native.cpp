@@ -35,7 +35,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
-#include <sstream>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -44,13 +44,26 @@
 namespace dyt_native {
 
 // Errors are std::runtime_error (PyTorch raises them as RuntimeError in Python, and its autograd engine
-// passes them on): a c10::Error constructed in an extension built by another compiler than PyTorch's
-// can crash the process (seen with a GCC 13.3 build of PyTorch), so this file never makes one.
+// passes them on), their messages joined from strings and std::to_string: a c10::Error or an iostream
+// made in this extension crashed a process whose PyTorch was built by another compiler (GCC 13.3) than
+// the extension, so this file makes neither.
+inline void append(std::string& out, const char* part) { out += part; }
+inline void append(std::string& out, const std::string& part) { out += part; }
+template <typename Int, typename = std::enable_if_t<std::is_integral_v<Int>>>
+void append(std::string& out, Int part) {
+  out += std::to_string(part);
+}
+inline void append(std::string& out, at::IntArrayRef sizes) {
+  out += "(";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  out += ")";
+}
+
 template <typename... Parts>
 [[noreturn]] void fail(const Parts&... parts) {
-  std::ostringstream message;
-  (message << ... << parts);
-  throw std::runtime_error(message.str());
+  std::string message;
+  (append(message, parts), ...);
+  throw std::runtime_error(message);
 }
 
 #define DYT_CHECK(cond, ...)           \
