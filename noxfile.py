@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import shutil
 import sys
 
 import nox
@@ -162,6 +163,12 @@ def tests(session: nox.Session) -> None:
     _install_cpu(session, "triton", "test", "report")
     workers = os.environ.get("DYT_CPU_WORKERS", "auto")
     env = {"TRITON_INTERPRET": "1", "DYT_SESSION": "tests", "DYT_REPORTS": str(REPORTS)}
+    # Where a C++ compiler is present, the native extension's tests must build it (ninja comes with the
+    # triton extra); elsewhere they skip and say why (tests/test_native.py).
+    compiler = shutil.which(os.environ.get("CXX", "c++"))
+    env["DYT_REQUIRE_NATIVE"] = "1" if compiler else "0"
+    if not compiler:
+        session.warn("tests: no C++ compiler found: the native extension's tests will skip")
     session.run(
         "python", *_pytest_args("tests", ["-n", workers, "--dist", "worksteal", *session.posargs]), env=env
     )

@@ -404,3 +404,50 @@ def test_which_launches_overlap_the_kernel_before(monkeypatch):
         "dyt_bwd_kernel": (False, True),  # PDL=True: it lets the finish launch early
         "dyt_bwd_finish_kernel": (True, True),
     }
+
+
+def _jit_signature(fn, n_tensors, tensor_types, spec):
+    """The signature Triton's JIT gives a call of this launch: the tensors' pointer types, each integer
+    argument i32 or i64 by its value, an integer equal to 1 specialized into a constant."""
+    names = fn.arg_names
+    signature, constants = dict(zip(names[:n_tensors], tensor_types, strict=True)), {}
+    for name, value in zip(names[n_tensors:], spec.scalars, strict=False):
+        if value == 1:
+            signature[name], constants[name] = "constexpr", 1
+        else:
+            signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+    for name, value in spec.constexprs:
+        signature[name], constants[name] = "constexpr", value
+    return signature, constants
+
+
+RECORD_SCALARS = {"i32": (4096, 1024, 4194304, 1024, 1024), "one": (1, 1024, 1024, 1024, 1024),
+                  "i64": (2**20, 4096, 2**32, 4096, 4096)}  # fmt: skip
+
+
+@compiled_in_child
+@pytest.mark.parametrize("scalars", list(RECORD_SCALARS.values()), ids=list(RECORD_SCALARS))
+def test_native_launch_records_follow_the_compiled_parameters(scalars):
+    """dyt.native's launch record of a compiled forward: the tensors in their slots, each integer argument
+    as the compiled kernel takes it (an argument equal to 1 is a compile-time constant there, so the
+    record leaves it out; one past 2^31 is 8 bytes), Triton's trailing scratch pointers null, one entry
+    per parameter of the PTX; and no record where the arguments do not match the PTX one for one."""
+    from dyt import native
+
+    plan = planner.plan_forward(4096, 1024, 2, target=SM90).kernel
+    spec = dataclasses.replace(plan, scalars=scalars)
+    fn = kernels.dyt_fwd_kernel
+    signature, constants = _jit_signature(fn, 5, ["*bf16", "*bf16", "*fp32", "*fp32", "*fp32"], spec)
+    attrs = {(0,): ALIGNED, (1,): ALIGNED}
+    src = ASTSource(fn, signature, constexprs=constants, attrs=attrs)
+    compiled = triton.compile(src, target=HOPPER, options={"num_warps": spec.num_warps})
+    fields = native.launch_fields(compiled, spec, 5, range(5), function=0xABC)
+    assert fields[:5] == [0xABC, spec.grid[0], spec.num_warps * 32, compiled.metadata.shared, int(spec.pdl)]
+    params = list(zip(fields[6::2], fields[7::2], strict=True))
+    assert len(params) == fields[5] == len(native.ptx_parameters(compiled.asm["ptx"]))
+    kinds = {"i32": native.INT32, "i64": native.INT64}
+    ints = [(kinds[signature[n]], v) for n, v in zip(fn.arg_names[5:], scalars, strict=False) if v != 1]
+    assert params[:5] == [(native.TENSOR, slot) for slot in range(5)]
+    assert params[5 : 5 + len(ints)] == ints
+    assert set(params[5 + len(ints) :]) == {(native.NULL, 0)} and len(params) > 5 + len(ints)
+    assert native.launch_fields(compiled, spec, 4, range(4), function=0xABC) is None

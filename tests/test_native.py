@@ -30,8 +30,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def ext():
-    """torch.ops.dyt_native, built (or found built) for this torch."""
-    native.build()
+    """torch.ops.dyt_native, built (or found built) for this torch. Where it cannot be built (no C++
+    compiler or ninja) the tests skip and say why, unless DYT_REQUIRE_NATIVE=1 (`nox -s tests` sets it):
+    then they fail."""
+    try:
+        native.build()
+    except Exception as exc:  # noqa: BLE001 - any build failure is the reason shown
+        why = f"the native extension cannot be built here: {type(exc).__name__}: {str(exc)[-1500:]}"
+        if os.environ.get("DYT_REQUIRE_NATIVE") == "1":
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
     return torch.ops.dyt_native
 
 
@@ -228,14 +236,13 @@ def _run_case(shape, dtype, param_dtype, beta, channels_first, seed):
 
 @pytest.mark.gpu_only
 @pytest.mark.parametrize("case", list(CASES))
-def test_native_calls_give_the_python_paths_bits(case, seed, monkeypatch):
+def test_native_calls_give_the_python_paths_bits(case, seed, monkeypatch, ext):
     """From its second call a shape runs on the native path (the launcher is not called, the caches hold
     its records) and gives the Python path's bits for y and every gradient."""
-    assert native.ensure() is not None, native.state()
-    torch.ops.dyt_native.clear_cache()
+    ext.clear_cache()
     shape, dtype, param_dtype, beta, cf = CASES[case]
     _, first = _run_case(shape, dtype, param_dtype, beta, cf, seed)  # fills the caches
-    assert torch.ops.dyt_native.cache_entries(False) == 1 and torch.ops.dyt_native.cache_entries(True) == 1
+    assert ext.cache_entries(False) == 1 and ext.cache_entries(True) == 1
     calls = []
     for name, real in (("forward", launcher.forward), ("backward", launcher.backward)):
         monkeypatch.setattr(launcher, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
@@ -254,14 +261,15 @@ def test_native_calls_give_the_python_paths_bits(case, seed, monkeypatch):
 
 @pytest.mark.gpu_only
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "no_input_requires_grad"])
-def test_native_calls_autograd_need_not_see_have_no_grad_fn(mode, seed):
+def test_native_calls_autograd_need_not_see_have_no_grad_fn(mode, seed, ext):
     """The native op records nothing where no gradient can flow, with the bits of a recorded call."""
     import dyt
 
     inp = make_inputs((37, 96), torch.bfloat16, seed=seed, param_dtype=torch.float32)
     args = (inp.x, inp.alpha, inp.gamma, inp.beta)
     through_autograd = dyt.dyt(*args)
-    assert through_autograd.grad_fn is not None and "dyt_native::DyTFunction" in through_autograd.grad_fn.name()
+    node = through_autograd.grad_fn
+    assert node is not None and "dyt_native::DyTFunction" in node.name()
     if mode == "no_input_requires_grad":
         y = dyt.dyt(*(t.detach() for t in args))
     else:
@@ -272,7 +280,7 @@ def test_native_calls_autograd_need_not_see_have_no_grad_fn(mode, seed):
 
 
 @pytest.mark.gpu_only
-def test_native_forward_allocates_only_y(seed):
+def test_native_forward_allocates_only_y(seed, ext):
     """No copy of x on the way in: a cached contiguous forward allocates one block, y's."""
     import dyt
 
@@ -287,7 +295,7 @@ def test_native_forward_allocates_only_y(seed):
 
 
 @pytest.mark.gpu_only
-def test_native_launches_are_captured_by_cuda_graphs(seed):
+def test_native_launches_are_captured_by_cuda_graphs(seed, ext):
     """Forward and backward on the native path inside a CUDA graph: replays give eager's bits."""
     import dyt
 

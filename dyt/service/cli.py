@@ -1,4 +1,4 @@
-"""The command line of `python -m dyt` (and the `dyt` script): bench, report, gate, tune, env.
+"""The command line of `python -m dyt` (and the `dyt` script): bench, report, gate, tune, native, env.
 
 Each subcommand imports what it needs when it runs: report must work without triton and gate without
 torch, on a machine that only holds the result files.
@@ -55,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("tune", help="the launch-config tuner (dyt.tune); arguments pass through", add_help=False)
 
+    native = sub.add_parser("native", help="build the native host path ahead of the first CUDA call, or say "
+                            "where it stands")  # fmt: skip
+    native.add_argument("action", choices=("build", "status"))
+
     env = sub.add_parser("env", help="print the environment manifest as JSON")
     env.add_argument("--out", help="also write it to this file")
     return parser
@@ -89,6 +93,20 @@ def main(argv: list[str] | None = None) -> int:
 
         return gate_files(args.current, args.baseline, margin=args.margin, strict=args.strict,
                           model_margin=args.model_margin)  # fmt: skip
+    if args.command == "native":
+        from dyt import native
+
+        if args.action == "build":
+            try:
+                print(native.build(verbose=True))
+            except Exception as exc:  # noqa: BLE001 - the build's own message says why
+                print(f"native build failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                return 1
+            return 0
+        library = native.build_directory() / "dyt_native.so"
+        built = "built" if library.exists() else "not built yet (the first CUDA call builds it)"
+        print(f"{library}: {built}; DYT_NATIVE={'on' if native.enabled_by_env() else 'off'}")
+        return 0
     if args.command == "env":
         from dyt.service.env import collect_env, write_env
 
