@@ -157,18 +157,22 @@ def _pytest_args(session_name: str, posargs: list[str]) -> list[str]:
     ]
 
 
+def _require_native(session: nox.Session, *, need_ninja: bool) -> str:
+    """DYT_REQUIRE_NATIVE for a test session: "1" (the native extension's tests must build it) where a C++
+    compiler, and with need_ninja ninja on PATH, are present; else "0", and a warning that they skip."""
+    buildable = shutil.which(os.environ.get("CXX", "c++")) and (not need_ninja or shutil.which("ninja"))
+    if not buildable:
+        session.warn(f"{session.name}: no C++ compiler or ninja: the native host path's tests will skip")
+    return "1" if buildable else "0"
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The whole matrix in Triton's CPU interpreter (any machine, no GPU): the README's test command."""
     _install_cpu(session, "triton", "test", "report")
     workers = os.environ.get("DYT_CPU_WORKERS", "auto")
     env = {"TRITON_INTERPRET": "1", "DYT_SESSION": "tests", "DYT_REPORTS": str(REPORTS)}
-    # Where a C++ compiler is present, the native extension's tests must build it (ninja comes with the
-    # triton extra); elsewhere they skip and say why (tests/test_native.py).
-    compiler = shutil.which(os.environ.get("CXX", "c++"))
-    env["DYT_REQUIRE_NATIVE"] = "1" if compiler else "0"
-    if not compiler:
-        session.warn("tests: no C++ compiler found: the native extension's tests will skip")
+    env["DYT_REQUIRE_NATIVE"] = _require_native(session, need_ninja=False)  # ninja: the triton extra
     session.run(
         "python", *_pytest_args("tests", ["-n", workers, "--dist", "worksteal", *session.posargs]), env=env
     )
@@ -190,12 +194,7 @@ def gpu_tests(session: nox.Session) -> None:
         session.install("torch", "triton")
         session.install("-e", ".[triton,test,report]")
     env = {"DYT_SESSION": "gpu_tests", "DYT_REPORTS": str(REPORTS), "TRITON_INTERPRET": "0"}
-    # The native host path's tests must build it where it can be built: a C++ compiler, and ninja (the
-    # triton extra in a fresh environment; the environment's own in place).
-    buildable = shutil.which(os.environ.get("CXX", "c++")) and (not HAS_CUDA_TORCH or shutil.which("ninja"))
-    env["DYT_REQUIRE_NATIVE"] = "1" if buildable else "0"
-    if not buildable:
-        session.warn("gpu_tests: no C++ compiler or ninja: the native host path's tests will skip")
+    env["DYT_REQUIRE_NATIVE"] = _require_native(session, need_ninja=HAS_CUDA_TORCH)  # in place: its own ninja
     session.run(
         "python",
         "-m",

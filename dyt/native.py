@@ -43,7 +43,6 @@ OP = None  # torch.ops.dyt_native.dyt.default once loaded; None until then and w
 _state = "unloaded"  # -> "loaded" | "unavailable" | "disabled"
 _reason = ""
 _lock = threading.Lock()
-_keep: list = []  # the compiled kernels whose function handles the C++ cache holds
 
 
 def enabled_by_env() -> bool:
@@ -140,7 +139,8 @@ def launch_fields(compiled, spec, n_tensors: int, slots, function: int | None = 
     whose first n_tensors parameters are tensors in record slots `slots`; None where the compiled kernel
     asks for more than these launches give (scratch memory, clusters, cooperative grids) or its PTX
     parameters do not match the arguments one for one. function: the CUfunction handle (default: the
-    compiled kernel's, loaded on the current GPU)."""
+    compiled kernel's, loaded on the current GPU). The handle stays valid because dyt.direct_launch's
+    cache keeps the compiled kernel for the process's life."""
     meta = compiled.metadata
     scratch = getattr(meta, "global_scratch_size", 0) or getattr(meta, "profile_scratch_size", 0)
     if scratch or getattr(meta, "launch_cooperative_grid", False) or getattr(meta, "num_ctas", 1) != 1:
@@ -179,7 +179,6 @@ def launch_fields(compiled, spec, n_tensors: int, slots, function: int | None = 
     fields = [int(function), spec.grid[0], meta.num_warps * 32, meta.shared, int(spec.pdl), len(params)]
     for kind, value in params:
         fields += [kind, value]
-    _keep.append(compiled)
     return fields
 
 
@@ -208,7 +207,7 @@ def _fill_forward(x, alpha, gamma, beta, channels_first, poison):
     from dyt import launcher
 
     with _plain_overrides(poison):
-        one = alpha if alpha.dim() == 1 else alpha.reshape(1)
+        one = alpha.reshape(1)
         y = launcher.forward(x, one, gamma, beta, x.dtype, channels_first=channels_first)
         if not y.numel():
             return y, []
@@ -226,7 +225,7 @@ def _fill_backward(dy, x, alpha, gamma, beta, channels_first, poison):
 
     dtypes = (x.dtype, alpha.dtype, gamma.dtype, gamma.dtype if beta is None else beta.dtype)
     with _plain_overrides(poison):
-        one = alpha if alpha.dim() == 1 else alpha.reshape(1)
+        one = alpha.reshape(1)
         grads = launcher.backward(dy, x, one, gamma, *dtypes, channels_first=channels_first)
         dx, dalpha, dgamma, dbeta = grads
         if not dx.numel():

@@ -136,9 +136,9 @@ def reproduce_command(nodeid: str) -> str:
 def python_path(monkeypatch):
     """Eager CUDA calls on dyt's Python path (dyt.native off), for tests that watch dyt.launcher or the
     compiled-launch cache: on the native path a shape's second call runs in C++ and calls neither."""
-    from dyt import ops
+    from helpers import use_python_path
 
-    monkeypatch.setattr(ops, "_native_op", lambda x: None)
+    use_python_path(monkeypatch)
 
 
 @pytest.fixture

@@ -59,6 +59,22 @@ def run(inp: Inputs, fn=None):
             None if inp.beta is None else inp.beta.grad)  # fmt: skip
 
 
+def call_in_mode(mode: str, fn, args):
+    """fn(*args) where no gradient can flow: under torch.no_grad() or torch.inference_mode() (mode names
+    either), or with every input detached (mode "no_input_requires_grad")."""
+    if mode == "no_input_requires_grad":
+        return fn(*(None if t is None else t.detach() for t in args))
+    with getattr(torch, mode)():
+        return fn(*args)
+
+
+def use_python_path(monkeypatch) -> None:
+    """Eager CUDA calls on dyt's Python path from here on in the test (dyt.native's op not called)."""
+    from dyt import ops
+
+    monkeypatch.setattr(ops, "_native_op", lambda x: None)
+
+
 def check_against_reference(inp: Inputs, outs, label: str = "") -> None:
     """Every output and gradient against float64, with each value's evaluation scale (tolerances.py)."""
     y, dx, dalpha, dgamma, dbeta = outs

@@ -21,7 +21,7 @@ pytest.importorskip("triton")
 
 from dyt import launcher, native, ops  # noqa: E402
 
-from helpers import DTYPES, make_inputs, run  # noqa: E402
+from helpers import DTYPES, call_in_mode, make_inputs, run, use_python_path  # noqa: E402
 
 pytestmark = pytest.mark.module
 
@@ -207,10 +207,6 @@ def test_without_a_compiler_dyt_warns_once_and_keeps_the_python_path(case, tmp_p
 # ---- on a GPU ------------------------------------------------------------------------------------------
 
 
-def _python_path(monkeypatch):
-    monkeypatch.setattr(ops, "_native_op", lambda x: None)
-
-
 CASES = {
     "rows_bf16_fp32_params": ((6, 50, 384), "bf16", torch.float32, True, False),
     "rows_fp16_no_beta": ((300, 96), "fp16", None, False, False),
@@ -248,7 +244,7 @@ def test_native_calls_give_the_python_paths_bits(case, seed, monkeypatch, ext):
         monkeypatch.setattr(launcher, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
     inp, fast = _run_case(shape, dtype, param_dtype, beta, cf, seed)
     assert calls == [], "the second call went through dyt.launcher"
-    _python_path(monkeypatch)
+    use_python_path(monkeypatch)
     inp_py, slow = _run_case(shape, dtype, param_dtype, beta, cf, seed)
     assert calls == ["forward", "backward"]
     for name, a, b in zip(("y", "dx", "dalpha", "dgamma", "dbeta"), fast, slow, strict=True):
@@ -270,11 +266,7 @@ def test_native_calls_autograd_need_not_see_have_no_grad_fn(mode, seed, ext):
     through_autograd = dyt.dyt(*args)
     node = through_autograd.grad_fn
     assert node is not None and "dyt_native::DyTFunction" in node.name()
-    if mode == "no_input_requires_grad":
-        y = dyt.dyt(*(t.detach() for t in args))
-    else:
-        with getattr(torch, mode)():
-            y = dyt.dyt(*args)
+    y = call_in_mode(mode, dyt.dyt, args)
     assert y.grad_fn is None and not y.requires_grad
     assert torch.equal(y, through_autograd.detach())
 

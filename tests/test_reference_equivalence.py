@@ -17,6 +17,7 @@ from dyt import direct_launch, kernels, launcher, ops, planner, reference, torch
 from helpers import (
     DTYPES,
     SM90,
+    call_in_mode,
     check_against_reference,
     device,
     make_inputs,
@@ -185,11 +186,7 @@ def test_calls_autograd_need_not_see_skip_the_autograd_function(mode, seed, monk
         raise AssertionError("the autograd.Function ran")
 
     monkeypatch.setattr(ops._EagerDyT, "apply", no_function)
-    if mode == "no_input_requires_grad":
-        y = dyt.dyt(*(t.detach() for t in args))
-    else:
-        with getattr(torch, mode)():
-            y = dyt.dyt(*args)
+    y = call_in_mode(mode, dyt.dyt, args)
     assert y.grad_fn is None and not y.requires_grad
     assert torch.equal(y, through_autograd.detach())
     with pytest.raises(AssertionError, match="the autograd.Function ran"):

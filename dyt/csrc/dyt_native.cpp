@@ -43,10 +43,9 @@
 
 namespace dyt_native {
 
-// Errors are std::runtime_error (PyTorch raises them as RuntimeError in Python, and its autograd engine
-// passes them on), their messages joined from strings and std::to_string: a c10::Error or an iostream
-// made in this extension crashed a process whose PyTorch was built by another compiler (GCC 13.3) than
-// the extension, so this file makes neither.
+// Errors are std::runtime_error (RuntimeError in Python; the autograd engine passes them on) with
+// messages joined from strings: this file makes no c10::Error and no iostream, which crash a process
+// whose PyTorch was built by another compiler than the extension (docs/host-path.md, "Native path").
 inline void append(std::string& out, const char* part) { out += part; }
 inline void append(std::string& out, const std::string& part) { out += part; }
 template <typename Int, typename = std::enable_if_t<std::is_integral_v<Int>>>
