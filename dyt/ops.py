@@ -319,15 +319,19 @@ def dyt_channels_first(
     Contiguous x runs through the kernels as N rows of C * L elements (L = prod(spatial); column j takes
     channel j // L's gamma and beta), no copy; x in torch.channels_last memory format is channels-last in
     memory and runs through dyt's usual kernels on the moved view (no copy either); other layouts are
-    copied once. Same contract as dyt() otherwise.
+    copied once. y is in torch.channels_last memory format for such x, contiguous otherwise, on every
+    path. Same contract as dyt() otherwise.
     """
     if torch.compiler.is_compiling():
         return dyt(x.movedim(1, -1), alpha, gamma, beta).movedim(-1, 1)
     validate(x, alpha, gamma, beta, channels_first=True)
-    if not x.is_contiguous() or not _use_triton(x):
+    kernels = _use_triton(x)
+    if not x.is_contiguous() or not kernels:
         moved = x.movedim(1, -1)
-        if moved.is_contiguous() or not _use_triton(x):  # channels-last memory: the row kernels, as is
+        if moved.is_contiguous():  # channels-last memory: the row kernels (or plain rows), as is
             return dyt(moved, alpha, gamma, beta).movedim(-1, 1)
+        if not kernels:  # the plain path works in rows; y contiguous, as the kernels return it
+            return dyt(moved, alpha, gamma, beta).movedim(-1, 1).contiguous()
         x = x.contiguous()
     op = _native_op(x)
     if op is not None:

@@ -106,6 +106,9 @@ def test_layouts_and_beta(layout, beta, seed):
     check_against_reference(cl, outs)
     assert outs[4] is None or beta
     assert x.grad.shape == x.shape
+    y = dyt.dyt_channels_first(x.detach(), cl.alpha, cl.gamma, cl.beta)
+    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    assert y.is_contiguous(memory_format=fmt), (layout, y.stride())
 
 
 @needs_kernels

@@ -78,12 +78,18 @@ SIZE = (
 
 
 def _as_dyt_returns(y: torch.Tensor, x: torch.Tensor, channels_last: bool) -> torch.Tensor:
-    """y in x's dtype and in the memory layout dyt returns (dense, C innermost). Under autocast the eager
-    module returns float32 (its float32 parameters promote the product) in its input's strides, while dyt
-    returns x's dtype and a dense layout; the neighbouring matmuls and convolutions round differently on
-    different layouts, which in bf16 shows as one-ulp flips that no DyT arithmetic caused. Matching both
-    makes the comparison one of the layer's arithmetic."""
-    fmt = torch.contiguous_format if channels_last else torch.channels_last
+    """y in x's dtype and in the memory layout dyt returns: dense with C innermost for channels-last DyT;
+    for channels-first DyT, x's own layout where x is contiguous or in torch.channels_last memory format
+    (both run without a copy), else contiguous. Under autocast the eager module returns float32 (its
+    float32 parameters promote the product) in its input's strides; the neighbouring matmuls and
+    convolutions round differently on different layouts, which in bf16 shows as one-ulp flips that no DyT
+    arithmetic caused. Matching both makes the comparison one of the layer's arithmetic
+    (test_the_eager_modules_return_dyts_layout holds this to dyt's own outputs)."""
+    in_channels_last_memory = (
+        not channels_last and x.dim() == 4 and not x.is_contiguous()
+        and x.is_contiguous(memory_format=torch.channels_last)
+    )  # fmt: skip
+    fmt = torch.channels_last if in_channels_last_memory else torch.contiguous_format
     return y.to(x.dtype).contiguous(memory_format=fmt)
 
 
@@ -324,6 +330,36 @@ def path(request, monkeypatch):
 
 def _over(got: dict[str, float], floor: dict[str, float]) -> dict[str, tuple[float, float]]:
     return {g: (got[g], floor[g]) for g in GROUPS if got[g] > FLOOR_FACTOR * floor[g]}
+
+
+def _norm_input(channels_last: bool, layout: str, C: int = 8) -> torch.Tensor:
+    """x for a norm of C channels in one of the layouts the models feed their norms."""
+    if channels_last:  # (N, H, W, C): dense, the ConvNeXt block's permuted view, a row-strided slice
+        shapes = {"contiguous": (2, 6, 5, C), "channels_last_memory": (2, C, 6, 5), "strided": (2, 12, 5, C)}
+    else:  # (N, C, H, W): dense, torch.channels_last memory format, every other sample
+        shapes = {"contiguous": (2, C, 6, 5), "channels_last_memory": (2, C, 6, 5), "strided": (4, C, 6, 5)}
+    x = torch.randn(shapes[layout], device=DEVICE)
+    if layout == "strided":
+        return x[:, ::2] if channels_last else x[::2]
+    if layout == "channels_last_memory":
+        return x.permute(0, 2, 3, 1) if channels_last else x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last_memory", "strided"])
+@pytest.mark.parametrize("channels_last", [True, False], ids=["rows", "channels_first"])
+def test_the_eager_modules_return_dyts_layout(channels_last, layout, precision, path):
+    """Eager32 and Eager64 return what dyt.DyT returns for the same input: dtype, shape and strides, so
+    that the layers after the norm see the same tensor (_as_dyt_returns)."""
+    x = _norm_input(channels_last, layout)
+    outs = {}
+    for name in ("dyt", "eager32", "eager64"):
+        norm = NORMS[name](x.shape[-1 if channels_last else 1], channels_last=channels_last).to(DEVICE)
+        with torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            y = norm(x.to(torch.bfloat16) if precision == "bf16" else x)
+        outs[name] = (y.dtype, tuple(y.shape), y.stride())
+    assert outs["eager32"] == outs["dyt"] and outs["eager64"] == outs["dyt"], outs
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
