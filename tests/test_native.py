@@ -9,6 +9,7 @@ native path from their second call, with the Python path's bits, under CUDA grap
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -97,10 +98,79 @@ def test_the_op_refuses_what_it_cannot_launch(ext):
             ext.dyt(x, alpha, gamma, beta, False, False)
 
 
+def _input_cases():
+    """(name, channels_first, x, alpha, gamma, beta) on the CPU: inputs validate accepts and refuses."""
+    bf16 = torch.bfloat16
+    one, C8 = torch.ones(1), torch.ones(8)
+    return [
+        ("rows", False, torch.ones(4, 8), one, C8, C8),
+        ("rows_mixed_nobeta", False, torch.ones(2, 3, 8, dtype=bf16), one, C8, None),
+        ("alpha_0d", False, torch.ones(4, 8), torch.tensor(0.5), C8, C8),
+        ("alpha_1x1", False, torch.ones(4, 8), torch.ones(1, 1), C8.half(), None),
+        ("cf", True, torch.ones(2, 8, 4, 5), one, C8, C8),
+        ("cf_2d", True, torch.ones(3, 8), one, C8, C8),
+        ("x_float64", False, torch.ones(4, 8, dtype=torch.float64), one, C8, C8),
+        ("alpha_float64", False, torch.ones(4, 8), one.double(), C8, C8),
+        ("gamma_int", False, torch.ones(4, 8), one, torch.ones(8, dtype=torch.int32), C8),
+        ("beta_float64", False, torch.ones(4, 8), one, C8, C8.double()),
+        ("x_0d", False, torch.tensor(1.0), one, torch.ones(1), None),
+        ("cf_1d", True, torch.ones(8), one, C8, None),
+        ("no_channels", False, torch.ones(4, 0), one, torch.ones(0), None),
+        ("cf_no_channels", True, torch.ones(2, 0, 3), one, torch.ones(0), None),
+        ("alpha_two", False, torch.ones(4, 8), torch.ones(2), C8, C8),
+        ("alpha_empty", False, torch.ones(4, 8), torch.ones(0), C8, C8),
+        ("gamma_long", False, torch.ones(4, 8), one, torch.ones(9), C8),
+        ("gamma_2d", False, torch.ones(4, 8), one, torch.ones(1, 8), C8),
+        ("beta_short", False, torch.ones(4, 8), one, C8, torch.ones(7)),
+        ("cf_gamma_last_dim", True, torch.ones(2, 8, 5), one, torch.ones(5), None),
+        ("alpha_elsewhere", False, torch.ones(4, 8), torch.ones(1, device="meta"), C8, C8),
+        ("beta_elsewhere", False, torch.ones(4, 8), one, C8, torch.ones(8, device="meta")),
+    ]
+
+
+@pytest.mark.parametrize("case", _input_cases(), ids=lambda c: c[0])
+def test_the_op_refuses_exactly_what_validate_refuses(ext, case):
+    """dyt's Python entry calls the native op before validating (validate runs where the op refuses):
+    so the op's own checks must refuse every input validate refuses, and pass every other (on these CPU
+    tensors, to its CUDA check)."""
+    _, channels_first, x, alpha, gamma, beta = case
+    try:
+        ops.validate(x, alpha, gamma, beta, channels_first=channels_first)
+        valid = True
+    except (ValueError, TypeError):
+        valid = False
+    message = "x must be a CUDA tensor" if valid else "dyt_native: (?!x must be a CUDA tensor)"
+    with pytest.raises(RuntimeError, match=message):
+        ext.dyt(x, alpha, gamma, beta, channels_first, False)
+
+
 def test_backward_records_need_positive_partial_shapes(ext):
     launch = _launch(1, 1, 32, 0, 0, [])
     with pytest.raises(RuntimeError, match="partial shapes must be positive"):
         ext.packed_arguments([0, 96, 1, *launch, *launch], True, [torch.empty(1)] * 11)
+
+
+def test_backward_records_with_oversized_partials_are_refused(ext):
+    launch = _launch(1, 1, 32, 0, 0, [])
+    with pytest.raises(RuntimeError, match="partial shapes are too large"):
+        ext.packed_arguments([2**30, 2**20, 1, *launch, *launch], True, [torch.empty(1)] * 11)
+
+
+@pytest.mark.parametrize("has_beta", [True, False], ids=["beta", "nobeta"])
+@pytest.mark.parametrize("shapes", [(1, 1, 1), (4, 96, 7), (3, 1000, 129), (132, 4096, 528)], ids=str)
+def test_the_backward_scratch_holds_each_partial_apart(ext, shapes, has_beta):
+    """The backward's one scratch allocation: the dalpha partials (float64), the dgamma and dbeta partials
+    (float32, finish_rows x partial_width) and, without beta, the dbeta the kernels write, each on a
+    256-byte boundary, none overlapping another, all inside the allocation."""
+    finish_rows, partial_width, n_dalpha = shapes
+    dbeta_bytes = 2 * 77
+    *offsets, size = ext.backward_scratch(finish_rows, partial_width, n_dalpha, has_beta, dbeta_bytes)
+    need = [8 * n_dalpha, 4 * finish_rows * partial_width, 4 * finish_rows * partial_width, dbeta_bytes]
+    assert (offsets[3] == -1) == has_beta
+    regions = sorted((o, o + n) for o, n in zip(offsets, need, strict=True) if o != -1)
+    assert all(start % 256 == 0 for start, _ in regions), offsets
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(regions, regions[1:], strict=False)), offsets
+    assert regions[0][0] == 0 and regions[-1][1] <= size < regions[-1][1] + 256
 
 
 def _args(x, dtype=torch.float32, beta=True):
@@ -284,6 +354,48 @@ def test_native_forward_allocates_only_y(seed, ext):
         y = dyt.dyt_channels_first(inp.x, inp.alpha, inp.gamma, inp.beta)
         after = torch.cuda.memory_stats()["allocation.all.allocated"]
     assert after - before == 1 and y.shape == inp.x.shape
+
+
+@pytest.mark.gpu_only
+@pytest.mark.parametrize("beta", [True, False], ids=["beta", "nobeta"])
+def test_native_backward_allocates_its_outputs_and_one_scratch(beta, seed, ext):
+    """A cached backward allocates dx, dalpha, dgamma, dbeta where there is beta, and one scratch block
+    that holds every partial (and the dbeta the kernels write where there is none)."""
+    import dyt
+
+    inp = make_inputs((64, 197, 384), torch.bfloat16, seed=seed, param_dtype=torch.float32, beta=beta)
+    args = (inp.x, inp.alpha, inp.gamma, inp.beta)
+    leaves = [t for t in args if t is not None]
+    for _ in range(2):
+        torch.autograd.grad(dyt.dyt(*args), leaves, inp.dy)
+    y = dyt.dyt(*args)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    grads = torch.autograd.grad(y, leaves, inp.dy)
+    after = torch.cuda.memory_stats()["allocation.all.allocated"]
+    assert after - before == len(leaves) + 1 and len(grads) == len(leaves)
+
+
+@pytest.mark.gpu_only
+@pytest.mark.parametrize("case", [c for c in _input_cases() if "elsewhere" not in c[0]], ids=lambda c: c[0])
+@pytest.mark.parametrize("where", ["all_cuda", "gamma_on_cpu"])
+def test_native_calls_raise_what_validate_raises(case, where, ext):
+    """On CUDA tensors dyt.dyt and dyt.dyt_channels_first call the native op first: what it refuses
+    raises validate's own error (type and message), and what validate accepts runs."""
+    import dyt
+
+    _, channels_first, *tensors = case
+    x, alpha, gamma, beta = (None if t is None else t.cuda() for t in tensors)
+    if where == "gamma_on_cpu":
+        gamma = gamma.cpu()
+    entry = dyt.dyt_channels_first if channels_first else dyt.dyt
+    try:
+        ops.validate(x, alpha, gamma, beta, channels_first=channels_first)
+    except (ValueError, TypeError) as expected:
+        with pytest.raises(type(expected), match=re.escape(str(expected))):
+            entry(x, alpha, gamma, beta)
+    else:
+        assert entry(x, alpha, gamma, beta).shape == x.shape
 
 
 @pytest.mark.gpu_only

@@ -33,6 +33,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <type_traits>
@@ -191,8 +192,11 @@ BackwardRecord read_backward(const std::vector<int64_t>& record) {
   r.finish_rows = record[0];
   r.partial_width = record[1];
   r.n_dalpha = record[2];
+  constexpr int64_t kMaxPartials = int64_t{1} << 40;  // elements: bounds the scratch's byte arithmetic
   DYT_CHECK(r.finish_rows > 0 && r.partial_width > 0 && r.n_dalpha > 0,
               "dyt_native: backward record's partial shapes must be positive");
+  DYT_CHECK(r.finish_rows <= kMaxPartials / r.partial_width && r.n_dalpha <= kMaxPartials,
+              "dyt_native: backward record's partial shapes are too large");
   size_t at = 3;
   r.main = read_launch(record, at, kBackwardSlots);
   r.finish = read_launch(record, at, kBackwardSlots);
@@ -209,14 +213,17 @@ struct Packed {
   size_t n = 0;
 };
 
-void pack(const Launch& launch, const std::array<const at::Tensor*, kBackwardSlots>& slots, Packed& out) {
+// The address each tensor slot receives (forward: the first kForwardSlots).
+using Slots = std::array<void*, kBackwardSlots>;
+
+void pack(const Launch& launch, const Slots& slots, Packed& out) {
   DYT_CHECK(launch.params.size() <= out.values.size(), "dyt_native: too many kernel parameters");
   out.n = launch.params.size();
   for (size_t i = 0; i < out.n; ++i) {
     const Param& p = launch.params[i];
     switch (p.kind) {
       case kTensor:
-        out.values[i] = reinterpret_cast<int64_t>(slots[p.value]->data_ptr());
+        out.values[i] = reinterpret_cast<int64_t>(slots[p.value]);
         out.pointers[i] = &out.values[i];
         break;
       case kInt32:
@@ -235,8 +242,7 @@ void pack(const Launch& launch, const std::array<const at::Tensor*, kBackwardSlo
   }
 }
 
-void launch_on(const Launch& launch, const std::array<const at::Tensor*, kBackwardSlots>& slots,
-               const at::Device& device) {
+void launch_on(const Launch& launch, const Slots& slots, const at::Device& device) {
   Packed packed;
   pack(launch, slots, packed);
   LaunchAttribute pdl{};
@@ -267,21 +273,23 @@ struct KeyHash {
 
 constexpr size_t kMaxEntries = 4096;  // a process with ever-new shapes refills rather than grows
 
+// Records are immutable once stored; a hit shares its record (no copy of its parameter lists), and a
+// record stays alive for the call that found it when another thread clears or refills the cache.
 template <typename Record>
 struct Cache {
   std::mutex lock;
-  std::unordered_map<Key, Record, KeyHash> entries;
+  std::unordered_map<Key, std::shared_ptr<const Record>, KeyHash> entries;
 
-  std::optional<Record> find(const Key& key) {
+  std::shared_ptr<const Record> find(const Key& key) {
     std::lock_guard<std::mutex> guard(lock);
     auto it = entries.find(key);
-    if (it == entries.end()) return std::nullopt;
-    return it->second;
+    return it == entries.end() ? nullptr : it->second;
   }
   void put(const Key& key, Record record) {
+    auto shared = std::make_shared<const Record>(std::move(record));
     std::lock_guard<std::mutex> guard(lock);
     if (entries.size() >= kMaxEntries) entries.clear();
-    entries[key] = std::move(record);
+    entries[key] = std::move(shared);
   }
   int64_t size() {
     std::lock_guard<std::mutex> guard(lock);
@@ -356,6 +364,31 @@ at::Tensor output(at::IntArrayRef shape, const at::TensorOptions& options, bool 
   return poison ? at::full(shape, NAN, options) : at::empty(shape, options);
 }
 
+// The backward's scratch, one allocation: the float64 dalpha partials, the float32 dgamma and dbeta
+// partials and, without beta, the dbeta the kernels write anyway, at byte offsets that are multiples of
+// kRegionAlign (the kernels are compiled for 16-byte-aligned pointers). Invariant: the regions do not
+// overlap and each holds what the record's shapes say (tests/test_native.py checks the layout).
+struct Scratch {
+  int64_t part_dalpha, part_dgamma, part_dbeta, dbeta, bytes;  // dbeta: -1 where beta is given
+};
+
+constexpr int64_t kRegionAlign = 256;
+
+int64_t round_up(int64_t bytes) { return (bytes + kRegionAlign - 1) / kRegionAlign * kRegionAlign; }
+
+Scratch scratch_layout(int64_t finish_rows, int64_t partial_width, int64_t n_dalpha, bool has_beta,
+                       int64_t dbeta_bytes) {
+  int64_t partial = round_up(4 * finish_rows * partial_width);
+  Scratch s{0, round_up(8 * n_dalpha), 0, -1, 0};
+  s.part_dbeta = s.part_dgamma + partial;
+  s.bytes = s.part_dbeta + partial;
+  if (!has_beta) {
+    s.dbeta = s.bytes;
+    s.bytes += round_up(dbeta_bytes);
+  }
+  return s;
+}
+
 // ---- the Python fill ops --------------------------------------------------------------------------
 
 std::tuple<at::Tensor, std::vector<int64_t>> fill_forward(const at::Tensor& x, const at::Tensor& alpha,
@@ -389,9 +422,32 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>>
 
 at::Tensor contiguous_param(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
 
+bool supported(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
+
+// Refuses every input that dyt.ops.validate refuses, by plain comparisons. dyt's Python entry calls the
+// op without validating first and, where the op refuses, runs validate for dyt's own ValueError or
+// TypeError (dyt/ops.py, dyt()); tests/test_native.py holds the two to the same cases.
+void check_inputs(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
+                  const std::optional<at::Tensor>& beta, bool channels_first) {
+  bool has_beta = beta.has_value() && beta->defined();
+  DYT_CHECK(supported(x.scalar_type()) && supported(alpha.scalar_type()) && supported(gamma.scalar_type()) &&
+                (!has_beta || supported(beta->scalar_type())),
+            "dyt_native: x, alpha, gamma and beta must be float32, bfloat16 or float16");
+  DYT_CHECK(x.dim() >= (channels_first ? 2 : 1), "dyt_native: x has too few dimensions");
+  int64_t C = x.size(channels_first ? 1 : x.dim() - 1);
+  DYT_CHECK(C >= 1, "dyt_native: x has no channels");
+  DYT_CHECK(alpha.numel() == 1, "dyt_native: alpha must have one element");
+  DYT_CHECK(gamma.dim() == 1 && gamma.size(0) == C, "dyt_native: gamma must have shape (C,)");
+  DYT_CHECK(!has_beta || (beta->dim() == 1 && beta->size(0) == C), "dyt_native: beta must have shape (C,)");
+  DYT_CHECK(alpha.device() == x.device() && gamma.device() == x.device() &&
+                (!has_beta || beta->device() == x.device()),
+            "dyt_native: all tensors must be on one device");
+}
+
 // x in a row layout (the Python caller checks row_layout); alpha one element; gamma, beta (C,).
 at::Tensor forward_cuda(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma_in,
                         const std::optional<at::Tensor>& beta_in, bool channels_first, bool poison) {
+  check_inputs(x, alpha, gamma_in, beta_in, channels_first);
   DYT_CHECK(x.is_cuda(), "dyt_native: x must be a CUDA tensor (other devices take dyt's Python path)");
   DYT_CHECK(row_layout(x), "dyt_native: x must be contiguous or a 2-D view with unit column stride");
   at::Tensor gamma = contiguous_param(gamma_in);
@@ -402,8 +458,8 @@ at::Tensor forward_cuda(const at::Tensor& x, const at::Tensor& alpha, const at::
   Key key = forward_key(x, alpha, gamma, beta, channels_first);
   if (auto hit = forward_cache().find(key)) {
     at::Tensor y = output(x.sizes(), x.options(), poison);
-    const at::Tensor& b = beta.has_value() ? *beta : gamma;
-    launch_on(hit->kernel, {&x, &y, &alpha, &gamma, &b}, x.device());
+    void* b = beta.has_value() ? beta->data_ptr() : gamma.data_ptr();
+    launch_on(hit->kernel, {x.data_ptr(), y.data_ptr(), alpha.data_ptr(), gamma.data_ptr(), b}, x.device());
     return y;
   }
   auto [y, record] = fill_forward(x, alpha, gamma, beta, channels_first, poison);
@@ -418,7 +474,7 @@ Grads backward_cuda(const at::Tensor& dy_in, const at::Tensor& x, const at::Tens
   at::Tensor dy = (!channels_first && row_layout(dy_in)) || dy_in.is_contiguous() ? dy_in : dy_in.contiguous();
   c10::DeviceGuard device_guard(x.device());
   Key key = backward_key(dy, x, alpha, gamma, beta, channels_first);
-  auto hit = x.numel() ? backward_cache().find(key) : std::nullopt;
+  auto hit = x.numel() ? backward_cache().find(key) : nullptr;
   if (!hit) {
     auto [dx, dalpha, dgamma, dbeta, record] = fill_backward(dy, x, alpha, gamma, beta, channels_first, poison);
     if (!record.empty()) backward_cache().put(key, read_backward(record));
@@ -427,16 +483,20 @@ Grads backward_cuda(const at::Tensor& dy_in, const at::Tensor& x, const at::Tens
   const BackwardRecord& r = *hit;
   int64_t C = channels_first && x.dim() != 2 ? x.size(1) : x.size(-1);
   auto on = [&](at::ScalarType t) { return x.options().dtype(t); };
+  at::ScalarType dbeta_type = beta.has_value() ? beta->scalar_type() : gamma.scalar_type();
+  Scratch layout = scratch_layout(r.finish_rows, r.partial_width, r.n_dalpha, beta.has_value(),
+                                  C * static_cast<int64_t>(c10::elementSize(dbeta_type)));
+  // poison: all bytes 0xFF, a NaN in float32 and float64 alike
+  at::Tensor scratch =
+      poison ? at::full({layout.bytes}, 255, on(at::kByte)) : at::empty({layout.bytes}, on(at::kByte));
+  auto* base = static_cast<char*>(scratch.data_ptr());
   at::Tensor dx = output(x.sizes(), x.options(), poison);
-  at::Tensor part_dgamma = output({r.finish_rows, r.partial_width}, on(at::kFloat), poison);
-  at::Tensor part_dbeta = output({r.finish_rows, r.partial_width}, on(at::kFloat), poison);
-  at::Tensor part_dalpha = output({r.n_dalpha}, on(at::kDouble), poison);
   at::Tensor dalpha = output({1}, on(alpha.scalar_type()), poison);
   at::Tensor dgamma = output({C}, on(gamma.scalar_type()), poison);
-  at::Tensor dbeta = output({C}, on(beta.has_value() ? beta->scalar_type() : gamma.scalar_type()), poison);
-  std::array<const at::Tensor*, kBackwardSlots> slots{&x,         &dy,          &dx,          &alpha,
-                                                      &gamma,     &part_dgamma, &part_dbeta,  &part_dalpha,
-                                                      &dgamma,    &dbeta,       &dalpha};
+  at::Tensor dbeta = beta.has_value() ? output({C}, on(dbeta_type), poison) : at::Tensor();
+  Slots slots{x.data_ptr(),  dy.data_ptr(), dx.data_ptr(), alpha.data_ptr(), gamma.data_ptr(),
+              base + layout.part_dgamma, base + layout.part_dbeta, base + layout.part_dalpha,
+              dgamma.data_ptr(), beta.has_value() ? dbeta.data_ptr() : base + layout.dbeta, dalpha.data_ptr()};
   launch_on(r.main, slots, x.device());
   launch_on(r.finish, slots, x.device());
   return {dx, dalpha, dgamma, dbeta};
@@ -491,10 +551,10 @@ std::vector<int64_t> packed_arguments(const std::vector<int64_t>& record, bool b
   } else {
     launches = {read_forward(record).kernel};
   }
-  std::array<const at::Tensor*, kBackwardSlots> slots{};
+  Slots slots{};
   DYT_CHECK(tensors.size() == static_cast<size_t>(backward ? kBackwardSlots : kForwardSlots),
               "dyt_native: packed_arguments wants one tensor per slot");
-  for (size_t i = 0; i < tensors.size(); ++i) slots[i] = &tensors[i];
+  for (size_t i = 0; i < tensors.size(); ++i) slots[i] = tensors[i].data_ptr();
   std::vector<int64_t> out;
   for (const Launch& launch : launches) {
     Packed packed;
@@ -527,7 +587,14 @@ void store_forward_record(const at::Tensor& x, const at::Tensor& alpha, const at
 
 bool has_forward_record(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
                         const std::optional<at::Tensor>& beta, bool channels_first) {
-  return forward_cache().find(forward_key(x, alpha, gamma, beta, channels_first)).has_value();
+  return forward_cache().find(forward_key(x, alpha, gamma, beta, channels_first)) != nullptr;
+}
+
+// The backward scratch's byte offsets (part_dalpha, part_dgamma, part_dbeta, dbeta or -1) and size.
+std::vector<int64_t> backward_scratch(int64_t finish_rows, int64_t partial_width, int64_t n_dalpha,
+                                      bool has_beta, int64_t dbeta_bytes) {
+  Scratch s = scratch_layout(finish_rows, partial_width, n_dalpha, has_beta, dbeta_bytes);
+  return {s.part_dalpha, s.part_dgamma, s.part_dbeta, s.dbeta, s.bytes};
 }
 
 }  // namespace dyt_native
@@ -547,6 +614,9 @@ TORCH_LIBRARY(dyt_native, m) {
         &dyt_native::store_forward_record);
   m.def("has_forward_record(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first) -> bool",
         &dyt_native::has_forward_record);
+  m.def("backward_scratch(int finish_rows, int partial_width, int n_dalpha, bool has_beta, int dbeta_bytes)"
+        " -> int[]",
+        &dyt_native::backward_scratch);
 }
 
 TORCH_LIBRARY_IMPL(dyt_native, CUDA, m) { m.impl("dyt", &dyt_native::forward_cuda); }
