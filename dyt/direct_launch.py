@@ -41,8 +41,10 @@ def hooks_set() -> bool:
     if knobs is None:
         return True
     runtime = knobs.runtime
-    return any(hook is not None and getattr(hook, "calls", True)
-               for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook))  # fmt: skip
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook  # every call pays: no generator
+    return bool(enter is not None and getattr(enter, "calls", True)) or bool(
+        leave is not None and getattr(leave, "calls", True)
+    )
 
 
 def trailing_constexprs(kernel, n_args: int, constexprs: tuple) -> tuple | None:

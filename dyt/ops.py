@@ -274,25 +274,37 @@ def dyt(
         # the user as Dynamo's "Observed exception" with the message hidden in its debug context, whereas
         # one raised in a fake implementation is quoted in the explanation Dynamo shows.
         return torch.ops.dyt.forward(x, alpha, gamma, beta)
-    validate(x, alpha, gamma, beta)
     op = _native_op(x)
     if op is not None:
-        return op(x, alpha, gamma, beta, False, launcher.current_overrides().poison)
+        return _call_native(op, x, alpha, gamma, beta, False)
+    validate(x, alpha, gamma, beta)
     if _records_grad(x, alpha, gamma, beta):
         return _EagerDyT.apply(x, alpha, gamma, beta, False)
     return forward_impl(x, alpha, gamma, beta)
 
 
-def _native_op(x: torch.Tensor):
+def _native_op(x):
     """torch.ops.dyt_native.dyt where this call runs on the native path, else None (dyt.native says what
-    takes the Python path). Loads the extension on the first CUDA call."""
-    if not x.is_cuda or native is None:
+    takes the Python path). Loads the extension on the first CUDA call. x may be anything (not yet
+    validated)."""
+    if not isinstance(x, torch.Tensor) or not x.is_cuda or native is None:
         return None
     op = native.OP or native.ensure()
     if (op is None or not launcher.native_plans or _functorch_active() or direct_launch.hooks_set()
             or not (x.is_contiguous() or (x.dim() == 2 and x.stride(1) == 1))):  # fmt: skip
         return None
     return op
+
+
+def _call_native(op, x, alpha, gamma, beta, channels_first: bool) -> torch.Tensor:
+    """The native op on inputs not yet validated: the op checks them itself (dyt_native.cpp's
+    check_inputs refuses all that validate refuses) and, where it refuses, validate raises dyt's own
+    ValueError or TypeError; errors that validate does not explain pass on as they are."""
+    try:
+        return op(x, alpha, gamma, beta, channels_first, launcher.current_overrides().poison)
+    except (RuntimeError, TypeError):
+        validate(x, alpha, gamma, beta, channels_first=channels_first)
+        raise
 
 
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
@@ -324,6 +336,9 @@ def dyt_channels_first(
     """
     if torch.compiler.is_compiling():
         return dyt(x.movedim(1, -1), alpha, gamma, beta).movedim(-1, 1)
+    op = _native_op(x)
+    if op is not None and x.is_contiguous():
+        return _call_native(op, x, alpha, gamma, beta, True)
     validate(x, alpha, gamma, beta, channels_first=True)
     kernels = _use_triton(x)
     if not x.is_contiguous() or not kernels:
