@@ -47,6 +47,11 @@ BWD_VARIANTS = {
     "1x2048_p8": {"BLOCK_M": 1, "BLOCK_N": 2048, "programs_per_sm": 8, "num_warps": 8},
     "1x1024_p16_s4": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 16, "num_stages": 4},
     "1x1024_p16_w2": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 16, "num_warps": 2},
+    # one or two whole waves: 80 registers a thread keep 6 programs of 4 warps (12 of 2) on an SM at once
+    "1x1024_p6": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6},
+    "1x1024_p6_s4": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6, "num_stages": 4},
+    "1x1024_p12_s4": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_stages": 4},
+    "p12w2_s4": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_warps": 2, "num_stages": 4},
 }
 
 
