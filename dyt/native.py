@@ -183,13 +183,21 @@ def launch_fields(compiled, spec, n_tensors: int, slots, function: int | None = 
 
 
 def _register_fills() -> None:
-    """The Python kernels of dyt_native::fill_forward and fill_backward (CUDA), registered once."""
+    """The Python kernels of dyt_native::fill_forward and fill_backward (CUDA), and of
+    differentiable_backward (CompositeImplicitAutograd: autograd records its ops), registered once."""
     global _library
     if _library is None:
         library = torch.library.Library("dyt_native", "IMPL")  # the schemas are the C++ library's
         library.impl("fill_forward", _fill_forward, "CUDA")
         library.impl("fill_backward", _fill_backward, "CUDA")
+        library.impl("differentiable_backward", _differentiable_backward, "CompositeImplicitAutograd")
         _library = library
+
+
+def _differentiable_backward(dy, x, alpha, gamma, beta, channels_first):
+    from dyt import torch_path
+
+    return torch_path.differentiable_backward(dy, x, alpha, gamma, beta, channels_first=channels_first)
 
 
 _library = None

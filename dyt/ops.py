@@ -254,7 +254,12 @@ class _EagerDyT(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        grads = backward_impl(dy, *ctx.saved_tensors, channels_first=ctx.channels_first)
+        if torch.is_grad_enabled():  # create_graph=True: gradients that autograd can differentiate again
+            grads = torch_path.differentiable_backward(
+                dy, *ctx.saved_tensors, channels_first=ctx.channels_first
+            )
+        else:
+            grads = backward_impl(dy, *ctx.saved_tensors, channels_first=ctx.channels_first)
         return *_input_grads(ctx, grads), None
 
 

@@ -30,7 +30,7 @@ from helpers import (
     tile_of,
 )
 from paths import PATHS, assert_path, path_context
-from tolerances import HW_TANH, MANTISSA_BITS, ulp
+from tolerances import HW_TANH, MANTISSA_BITS, REL_L2, ulp
 
 pytestmark = pytest.mark.reference_equivalence
 
@@ -592,3 +592,54 @@ def test_direct_launches_give_the_jit_launches_bits(dtype, offset, seed):
     assert len(hooked) == 3, "forward, backward and finish should each have gone through the JIT path"
     for name, a, b in zip(("y", "dx", "dalpha", "dgamma", "dbeta"), direct, jit, strict=True):
         assert torch.equal(_bits(a), _bits(b)), f"{name}: the direct launch's bits differ from the JIT's"
+
+
+def _penalty(fn, leaves, w):
+    """First-order gradients of (fn(*leaves) * w).sum() with create_graph=True, and the gradients of
+    their squared sum (a gradient penalty: second order; beta's is zero, no gradient depends on it)."""
+    first = torch.autograd.grad((fn(*leaves) * w).sum(), leaves, create_graph=True)
+    second = torch.autograd.grad(sum((g.float() ** 2).sum() for g in first), leaves, materialize_grads=True)
+    return first, second
+
+
+@pytest.mark.parametrize("beta", [True, False], ids=["beta", "nobeta"])
+@pytest.mark.parametrize("channels_first", [False, True], ids=["rows", "channels_first"])
+def test_gradients_of_gradients_match_the_float64_reference(channels_first, beta, seed):
+    """create_graph=True gives gradients that autograd differentiates again: a backward that builds a
+    graph runs torch_path.differentiable_backward (the kernels' gradients are not differentiable). First
+    and second order against float64 autograd of the paper's expression, at the suites' relative L2
+    tolerances (the parameter one for every second-order gradient)."""
+    gen = torch.Generator().manual_seed(seed)
+    shape, C = ((3, 8, 4, 5), 8) if channels_first else ((6, 5, 32), 32)
+    fp32 = [
+        torch.randn(shape, generator=gen) * 2,
+        torch.full((1,), 0.7),
+        1 + 0.3 * torch.randn(C, generator=gen),
+    ]
+    if beta:
+        fp32.append(0.1 * torch.randn(C, generator=gen))
+    w = torch.randn(shape, generator=gen)
+    leaves = [t.to(device()).requires_grad_() for t in fp32]
+    leaves64 = [t.to(device(), torch.float64).requires_grad_() for t in fp32]
+    entry = dyt.dyt_channels_first if channels_first else dyt.dyt
+
+    def ours(x, alpha, gamma, b=None):
+        return entry(x, alpha, gamma, b)
+
+    def paper(x, alpha, gamma, b=None):
+        view = (C, 1, 1) if channels_first else (C,)
+        y = torch.tanh(alpha * x) * gamma.reshape(view)
+        return y if b is None else y + b.reshape(view)
+
+    got = _penalty(ours, leaves, w.to(device()))
+    ref = _penalty(paper, leaves64, w.to(device(), torch.float64))
+    names = ("dx", "dalpha", "dgamma", "dbeta")
+    for order, got_grads, ref_grads in zip(("first", "second"), got, ref, strict=True):
+        for name, g, r in zip(names, got_grads, ref_grads, strict=False):
+            assert g.dtype == torch.float32 and g.shape == r.shape, (order, name)
+            if not r.any():  # beta's second order
+                assert not g.any(), (order, name)
+                continue
+            kind = "out" if (order, name) == ("first", "dx") else "param"
+            err = torch.linalg.vector_norm(g.double() - r) / torch.linalg.vector_norm(r)
+            assert err <= REL_L2[kind], f"{order} order {name}: relative L2 error {err:.2e}"

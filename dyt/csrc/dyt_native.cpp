@@ -418,6 +418,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>>
   return op.call(dy, x, alpha, gamma, beta, channels_first, poison);
 }
 
+// A backward that builds a graph (create_graph=True) runs dyt.torch_path's differentiable expression,
+// the Python op's CompositeImplicitAutograd kernel, so that autograd records it: the kernels' gradients are
+// not differentiable again.
+Grads differentiable_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& alpha,
+                              const at::Tensor& gamma, const std::optional<at::Tensor>& beta,
+                              bool channels_first) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("dyt_native::differentiable_backward", "")
+                       .typed<Grads(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                    const std::optional<at::Tensor>&, bool)>();
+  return op.call(dy, x, alpha, gamma, beta, channels_first);
+}
+
 // ---- forward and backward -------------------------------------------------------------------------
 
 at::Tensor contiguous_param(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
@@ -525,9 +538,11 @@ struct DyTFunction : public torch::autograd::Function<DyTFunction> {
     const at::Tensor& alpha = saved[1];
     std::optional<at::Tensor> beta;
     if (saved[3].defined()) beta = saved[3];
+    bool channels_first = ctx->saved_data["channels_first"].toBool();
     auto [dx, dalpha, dgamma, dbeta] =
-        backward_cuda(grads[0], x, alpha, saved[2], beta, ctx->saved_data["channels_first"].toBool(),
-                      ctx->saved_data["poison"].toBool());
+        at::GradMode::is_enabled()
+            ? differentiable_backward(grads[0], x, alpha, saved[2], beta, channels_first)
+            : backward_cuda(grads[0], x, alpha, saved[2], beta, channels_first, ctx->saved_data["poison"].toBool());
     if (alpha.dim() != 1) dalpha = dalpha.reshape(alpha.sizes());
     return {dx, dalpha, dgamma, beta.has_value() ? dbeta : at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -605,6 +620,8 @@ TORCH_LIBRARY(dyt_native, m) {
         " -> (Tensor, int[])");
   m.def("fill_backward(Tensor dy, Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first,"
         " bool poison) -> (Tensor, Tensor, Tensor, Tensor, int[])");
+  m.def("differentiable_backward(Tensor dy, Tensor x, Tensor alpha, Tensor gamma, Tensor? beta,"
+        " bool channels_first) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("packed_arguments(int[] record, bool backward, Tensor[] tensors) -> int[]",
         &dyt_native::packed_arguments);
   m.def("cache_entries(bool backward) -> int", &dyt_native::cache_entries);
