@@ -353,9 +353,9 @@ def dyt_channels_first(
         if not kernels:  # the plain path works in rows; y contiguous, as the kernels return it
             return dyt(moved, alpha, gamma, beta).movedim(-1, 1).contiguous()
         x = x.contiguous()
-    op = _native_op(x)
-    if op is not None:
-        return op(x, alpha, gamma, beta, True, launcher.current_overrides().poison)
+        op = _native_op(x)  # validated above: the op's own checks pass
+        if op is not None:
+            return op(x, alpha, gamma, beta, True, launcher.current_overrides().poison)
     if _records_grad(x, alpha, gamma, beta):
         return _EagerDyT.apply(x, alpha, gamma, beta, True)
     return forward_impl(x, alpha, gamma, beta, channels_first=True)
