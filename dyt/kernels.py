@@ -492,18 +492,21 @@ def dyt_bwd_cf_finish_kernel(
     PART_DGAMMA, PART_DBETA, PART_DALPHA, DGAMMA, DBETA, DALPHA,
     C, n_groups, n_col_blocks, n_dalpha_partials,
     GAMMA_SPAN: tl.constexpr, MAIN_BLOCK_N: tl.constexpr, CHANNEL_SLOTS: tl.constexpr,
-    BLOCKS_PER_CHANNEL: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr,
+    BLOCKS_PER_CHANNEL: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr,
+    DALPHA_BLOCK: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """dyt_bwd_finish_kernel for channels-first partials: PART_DGAMMA and PART_DBETA are (n_groups,
     n_col_blocks * CHANNEL_SLOTS) float32, where column block b's slot k holds channel
     (b * MAIN_BLOCK_N) // GAMMA_SPAN + k (dyt_bwd_kernel's _store_run_partials). Channel c's columns
     c L .. c L + L - 1 lie in at most BLOCKS_PER_CHANNEL consecutive column blocks; each program adds up
-    BLOCK_C channels over those blocks and the row groups in a fixed order, the last program dalpha."""
+    BLOCK_C channels over those blocks and the row groups in a fixed order, the last program dalpha,
+    DALPHA_BLOCK partials a step (BLOCK_G is cut to the few row groups, so BLOCK_G x BLOCK_C would make
+    its loop of dependent loads the kernel's longest path)."""
     _wait_for_primary(PDL)
     _launch_dependents(PDL)
     pid = tl.program_id(0)
     if pid == tl.num_programs(0) - 1:
-        _finish_dalpha(PART_DALPHA, DALPHA, n_dalpha_partials, BLOCK_G * BLOCK_C)
+        _finish_dalpha(PART_DALPHA, DALPHA, n_dalpha_partials, DALPHA_BLOCK)
     else:
         channels = pid * BLOCK_C + tl.arange(0, BLOCK_C)
         channel_ok = channels < C

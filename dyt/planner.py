@@ -586,6 +586,7 @@ def _plan_backward_view(
                 ("BLOCKS_PER_CHANNEL", (span - 1) // tile[1] + 2),
                 ("BLOCK_G", finish_g),
                 ("BLOCK_C", finish_n),
+                ("DALPHA_BLOCK", min(FINISH_TILE, next_pow2(n_dalpha_partials))),
                 ("PDL", target.pdl),
             ),  # fmt: skip
             num_warps=FINISH_NUM_WARPS,

@@ -247,7 +247,8 @@ def test_torch_compile_fullgraph(seed):
 def test_plans_cover_the_rows_in_a_one_dimensional_grid(n, C, L):
     """Both directions see n rows of C * L on grid axis 0 only (no 65,535 limit), column j taking channel
     j // L (spatial size 1: plain rows), int64 offsets once an address passes 2^31; the backward's column
-    blocks hold slots for every channel they touch, and its finish reads every block of each channel."""
+    blocks hold slots for every channel they touch, and its finish reads every block of each channel and
+    dalpha's partials in one step where they fit in FINISH_TILE."""
     W = C * L
     span = L if L > 1 else 0
     fwd = planner.plan_forward(n, W, 2, channel_span=L, target=SM90)
@@ -269,6 +270,10 @@ def test_plans_cover_the_rows_in_a_one_dimensional_grid(n, C, L):
         assert max((c * L + L - 1) // bwd.BLOCK_N - (c * L) // bwd.BLOCK_N + 1 for c in range(C)) <= (
             blocks_per_channel
         )
+        # dalpha's partials in one step of dependent loads, up to FINISH_TILE of them
+        dalpha_block = dict(bwd.finish.constexprs)["DALPHA_BLOCK"]
+        assert dalpha_block == planner.next_pow2(dalpha_block) <= planner.FINISH_TILE
+        assert dalpha_block >= min(bwd.n_dalpha_partials, planner.FINISH_TILE)
     else:
         assert (
             bwd.channel_slots == 0
@@ -330,10 +335,12 @@ def test_channels_first_rows_take_their_table_variant():
 
 def test_channels_first_variants_choose_by_spatial_size():
     """A list of channels_first fields chooses by the spatial size (max_span); the committed sm90 table
-    keeps the entry's own backward tile up to 64 and takes its own past that."""
+    has three backward tiles: up to 64, up to 256, and past that."""
     entry = planner.load_table("sm90")["bwd"]["16bit"][-1]
     small, middle, large = (planner.channels_first_variant(entry, span) for span in (49, 196, 3136))
-    assert small == {} and middle != large and large and "max_span" not in large
+    assert small and small != middle != large and large and "max_span" not in large
+    assert planner.channels_first_variant(entry, 64) == small
+    assert planner.channels_first_variant(entry, 65) == middle
     assert planner.channels_first_variant(entry, 0) is None
     for C, L, chosen in ((768, 49, small), (384, 196, middle), (96, 3136, large)):
         plan = planner.plan_backward(64, C * L, 2, channel_span=L, target=SM90)

@@ -219,7 +219,7 @@ def test_channels_first_rows_compile_with_wide_accesses(dt, span, block_n, slots
                        "n_col_blocks": "i32", "n_dalpha_partials": "i32"},
                       {"GAMMA_SPAN": span, "MAIN_BLOCK_N": block_n, "CHANNEL_SLOTS": slots,
                        "BLOCKS_PER_CHANNEL": (span - 1) // block_n + 2, "BLOCK_G": 1, "BLOCK_C": 16,
-                       "PDL": True}, [])  # fmt: skip
+                       "DALPHA_BLOCK": 2048, "PDL": True}, [])  # fmt: skip
     assert "cubin" in finish.asm
 
 

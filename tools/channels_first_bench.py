@@ -52,6 +52,13 @@ BWD_VARIANTS = {
     "1x1024_p6_s4": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6, "num_stages": 4},
     "1x1024_p12_s4": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_stages": 4},
     "p12w2_s4": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_warps": 2, "num_stages": 4},
+    # fewer elements per thread: fewer registers, so more programs resident on an SM
+    "1x512_p8_s4": {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 8, "num_stages": 4},
+    "1x512_p10_s4": {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 10, "num_stages": 4},
+    "1x512_p16_s4": {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 16, "num_stages": 4},
+    "1x512w2_p16_s4": {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 16, "num_warps": 2, "num_stages": 4},
+    "1x256w2_p16_s4": {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 16, "num_warps": 2, "num_stages": 4},
+    "1x256w2_p24_s4": {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 2, "num_stages": 4},
 }
 
 
