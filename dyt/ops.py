@@ -280,6 +280,11 @@ def dyt(
         # one raised in a fake implementation is quoted in the explanation Dynamo shows.
         return torch.ops.dyt.forward(x, alpha, gamma, beta)
     op = _native_op(x)
+    if op is None and _strided_channels(x):
+        # The copy _as_2d makes on the Python path, made first so that the call takes the native one
+        # (ConvNeXt's blocks normalize a permuted view: docs/host-path.md, "Native path").
+        x = x.contiguous()
+        op = _native_op(x)
     if op is not None:
         return _call_native(op, x, alpha, gamma, beta, False)
     validate(x, alpha, gamma, beta)
@@ -299,6 +304,11 @@ def _native_op(x):
             or not (x.is_contiguous() or (x.dim() == 2 and x.stride(1) == 1))):  # fmt: skip
         return None
     return op
+
+
+def _strided_channels(x) -> bool:
+    """Whether x is a CUDA tensor whose last dimension is strided: the kernels need it copied (_as_2d)."""
+    return isinstance(x, torch.Tensor) and x.is_cuda and x.dim() > 0 and x.shape[-1] > 1 and x.stride(-1) != 1
 
 
 def _call_native(op, x, alpha, gamma, beta, channels_first: bool) -> torch.Tensor:

@@ -325,6 +325,40 @@ def test_native_calls_give_the_python_paths_bits(case, seed, monkeypatch, ext):
     assert fast[2].shape == inp.alpha.shape
 
 
+def _permuted_case(seed):
+    """ConvNeXt's block norm: DyT over the last dimension of a (N, H, W, C) permute of a contiguous
+    (N, C, H, W) tensor (last-dimension stride H * W); y, the gradient of the (N, C, H, W) leaf, and the
+    parameters' gradients."""
+    import dyt
+
+    inp = make_inputs((2, 7, 5, 96), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    leaf = inp.x.detach().permute(0, 3, 1, 2).contiguous().requires_grad_()
+    x = leaf.permute(0, 2, 3, 1)
+    assert x.stride(-1) == 35
+    y = dyt.dyt(x, inp.alpha, inp.gamma, inp.beta)
+    y.backward(inp.dy)
+    return y, leaf.grad, inp.alpha.grad, inp.gamma.grad, inp.beta.grad
+
+
+@pytest.mark.gpu_only
+def test_a_strided_last_dimension_is_copied_once_and_runs_natively(seed, monkeypatch, ext):
+    """x whose last dimension is strided is copied once, the copy the Python path makes too, and the call
+    runs on the native path (not through dyt.launcher) with the Python path's bits."""
+    _permuted_case(seed)  # fills the caches
+    calls = []
+    for name, real in (("forward", launcher.forward), ("backward", launcher.backward)):
+        monkeypatch.setattr(launcher, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
+    fast = _permuted_case(seed)
+    assert calls == [], "a strided last dimension went through dyt.launcher"
+    assert "dyt_native::DyTFunction" in fast[0].grad_fn.name()
+    use_python_path(monkeypatch)
+    slow = _permuted_case(seed)
+    assert calls == ["forward", "backward"]
+    for name, a, b in zip(("y", "dx", "dalpha", "dgamma", "dbeta"), fast, slow, strict=True):
+        assert (a.dtype, a.shape, a.stride()) == (b.dtype, b.shape, b.stride()), name
+        assert torch.equal(a, b), name
+
+
 @pytest.mark.gpu_only
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "no_input_requires_grad"])
 def test_native_calls_autograd_need_not_see_have_no_grad_fn(mode, seed, ext):

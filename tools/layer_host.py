@@ -7,6 +7,12 @@ cost on top). Needs a CUDA GPU; run it alone (other processes on the host's CPUs
 
     CUDA_VISIBLE_DEVICES=0 python tools/layer_host.py [--rounds 5] [--layers 24] [--shapes 8x197x384]
     CUDA_VISIBLE_DEVICES=0 python tools/layer_host.py --profile dyt --shapes 8x197x384
+    CUDA_VISIBLE_DEVICES=0 python tools/layer_host.py --layout permuted --shapes 8x96x56x56 --variants \
+        layernorm,eager,dyt,dyt-python
+
+--layout permuted runs ConvNeXt's block norms: shapes are (N, C, H, W), and each layer normalizes C of the
+(N, H, W, C) permute of a contiguous (N, C, H, W) tensor (last-dimension stride H * W), its output
+permuted back and made contiguous again (in ConvNeXt, by the next block's convolution) for the next layer.
 
 Each cell is the median over rounds of (wall time of --steps steps) / (steps x layers), synchronized only
 around the steps: at these sizes every kernel is shorter than the host's work per layer, so the wall time
@@ -45,13 +51,25 @@ NORMS = {
 }
 
 
+class PermutedBlock(nn.Module):
+    """A norm over dim 1 of a contiguous (N, C, H, W) tensor, applied to its (N, H, W, C) permute."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, h):
+        return self.norm(h.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).contiguous()
+
+
 def use_native(on: bool) -> None:
     ops._native_op = _REAL_NATIVE_OP if on else (lambda x: None)
 
 
-def make_step(variant: str, shape, layers: int, dtype, train: bool):
-    C = shape[-1]
-    stack = nn.Sequential(*[NORMS[variant](C) for _ in range(layers)]).to("cuda", dtype)
+def make_step(variant: str, shape, layers: int, dtype, train: bool, permuted: bool = False):
+    C = shape[1] if permuted else shape[-1]
+    block = (lambda: PermutedBlock(NORMS[variant](C))) if permuted else (lambda: NORMS[variant](C))
+    stack = nn.Sequential(*[block() for _ in range(layers)]).to("cuda", dtype)
     x = torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=train)
     dy = torch.randn_like(x)
 
@@ -76,9 +94,9 @@ def host_us_per_layer(step, steps: int, layers: int) -> float:
     return (time.perf_counter() - start) / (steps * layers) * 1e6
 
 
-def profile(variant: str, shape, layers: int, dtype, train: bool) -> None:
+def profile(variant: str, shape, layers: int, dtype, train: bool, permuted: bool) -> None:
     use_native(variant != "dyt-python")
-    step = make_step(variant, shape, layers, dtype, train)
+    step = make_step(variant, shape, layers, dtype, train, permuted)
     for _ in range(10):
         step()
     torch.cuda.synchronize()
@@ -100,7 +118,11 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(NORMS))
     parser.add_argument("--modes", default="train,infer")
     parser.add_argument("--profile", default=None, choices=list(NORMS))
+    parser.add_argument("--layout", default="rows", choices=["rows", "permuted"])
     args = parser.parse_args()
+    permuted = args.layout == "permuted"
+    if permuted and "native-op" in args.variants.split(","):
+        parser.error("native-op takes contiguous x only: leave it out of --variants with --layout permuted")
     assert native.ensure() is not None, f"the native path is unavailable: {native.state()}"
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     variants = args.variants.split(",")
@@ -108,9 +130,9 @@ def main() -> None:
         shape = tuple(int(s) for s in text.split("x"))
         for mode in args.modes.split(","):
             if args.profile:
-                profile(args.profile, shape, args.layers, dtype, mode == "train")
+                profile(args.profile, shape, args.layers, dtype, mode == "train", permuted)
                 continue
-            steps = {v: make_step(v, shape, args.layers, dtype, mode == "train") for v in variants}
+            steps = {v: make_step(v, shape, args.layers, dtype, mode == "train", permuted) for v in variants}
             times = {v: [] for v in variants}
             for v in variants:  # warm every variant's caches
                 use_native(v != "dyt-python")
@@ -124,7 +146,8 @@ def main() -> None:
             med = {v: statistics.median(t) for v, t in times.items()}
             base = med.get("layernorm", next(iter(med.values())))
             cells = " ".join(f"{v} {med[v]:.1f} ({base / med[v]:.2f}x)" for v in variants)
-            print(f"{text} {args.dtype} {mode}, host us per layer (layernorm's / variant's): {cells}")
+            head = f"{text} {args.layout} {args.dtype} {mode}"
+            print(f"{head}, host us per layer (layernorm's / variant's): {cells}")
 
 
 if __name__ == "__main__":
