@@ -90,3 +90,96 @@ def test_no_candidate_is_timed_twice(mode, width):
         (planner.tile_shape(c, width), *(c.get(k) for k in knobs)) for c in tune.candidates(mode, width)
     ]
     assert len(shapes) == len(set(shapes))
+
+
+def _cf_plans(mode: str, table: dict, shape):
+    N, C, H, W = shape
+    over = planner.Overrides(table=table)
+    plan = planner.plan_forward if mode == "fwd" else planner.plan_backward
+    return plan(N, C * H * W, 2, channel_span=H * W, target=SM90, overrides=over)
+
+
+@pytest.mark.parametrize("mode", ["fwd", "bwd"])
+def test_every_channels_first_candidate_plans_at_its_shapes(mode):
+    """Each channels_first candidate, as the widest 16-bit entry's field, plans every shape the tuner
+    times it at with its own tile (the backward's BLOCK_N cut by the slot rule, the tile's size kept)."""
+    table = planner.load_table("sm90")
+    entry = table[mode]["16bit"][-1]
+    for fields in tune.CF_CANDIDATES[mode]:
+        swapped = tune.with_channels_first(table, mode, fields)
+        for shape in (s for shapes in tune.CF_SHAPES.values() for s in shapes):
+            plan = _cf_plans(mode, swapped, shape)
+            want = (fields.get("BLOCK_M", entry["BLOCK_M"]), fields.get("BLOCK_N", entry["BLOCK_N"]))
+            assert plan.BLOCK_M * plan.BLOCK_N == want[0] * want[1] and plan.BLOCK_N <= want[1], (
+                fields,
+                shape,
+            )
+            assert plan.num_warps == fields.get("num_warps", entry["num_warps"])
+            if mode == "bwd":
+                assert plan.num_stages == fields.get("num_stages", entry["num_stages"])
+            assert plan.n_col_blocks * plan.BLOCK_N >= plan.N and plan.gamma_span == shape[2] * shape[3]
+
+
+def test_channels_first_candidates_have_names_of_their_own():
+    """tools/channels_first_bench.py --sweep keys its variants by these names: none may hide another."""
+    for mode in ("fwd", "bwd"):
+        names = [tune.candidate_name(c) for c in tune.CF_CANDIDATES[mode]]
+        assert len(names) == len(set(names)) and "entry" in names and "committed" not in names
+
+
+def test_the_committed_channels_first_fields_are_candidates_the_tuner_tries():
+    """The sm90 table's channels_first choices, per class of spatial size, are among the candidates:
+    `python -m dyt tune --channels-first` can write them again."""
+    table = planner.load_table("sm90")
+    for mode in ("fwd", "bwd"):
+        entry = table[mode]["16bit"][-1]
+        for max_span in tune.CF_SHAPES:
+            span = tune.CF_SHAPES[max_span][0][2] * tune.CF_SHAPES[max_span][0][3]
+            assert planner.channels_first_variant(entry, span) in tune.CF_CANDIDATES[mode], (mode, max_span)
+
+
+def test_neighbouring_span_classes_with_one_choice_merge():
+    a, b = tune.CF_CANDIDATES["bwd"][1], tune.CF_CANDIDATES["bwd"][2]
+    assert tune.channels_first_field([(64, a), (256, a), (None, b)]) == [
+        {"max_span": 256, **a},
+        {"max_span": None, **b},
+    ]
+    assert tune.channels_first_field([(64, a), (256, b), (None, a)]) == [
+        {"max_span": 64, **a},
+        {"max_span": 256, **b},
+        {"max_span": None, **a},
+    ]
+    assert tune.channels_first_field([(64, b), (256, b), (None, b)]) == b
+
+
+def test_the_channels_first_tune_writes_the_fastest_candidate_per_class():
+    """With a stand-in timer (the real one needs a GPU): each class takes the candidate with the least time
+    summed over its shapes, in the widest 16-bit entries only; plans then follow the new fields."""
+    table = planner.load_table("sm90")
+    fwd_pick = tune.CF_CANDIDATES["fwd"][2]
+    small, large = tune.CF_CANDIDATES["bwd"][-1], tune.CF_CANDIDATES["bwd"][3]
+
+    def time_ms(mode, fields, shape):
+        L = shape[2] * shape[3]
+        if mode == "fwd":
+            return 1.0 if fields == fwd_pick else 2.0
+        # small wins at L <= 64; large wins the None class only summed over its two shapes
+        if L <= 64:
+            return 1.0 if fields == small else 2.0
+        if L == 3136:
+            return {id(large): 3.0, id(small): 2.0}.get(id(fields), 9.0)
+        return {id(large): 1.0, id(small): 2.5}.get(id(fields), 9.0)
+
+    new = tune.tune_channels_first(table, time_ms)
+    assert new["fwd"]["16bit"][-1][planner.CHANNELS_FIRST] == fwd_pick
+    assert new["bwd"]["16bit"][-1][planner.CHANNELS_FIRST] == [
+        {"max_span": 64, **small},
+        {"max_span": None, **large},
+    ]
+    for mode in ("fwd", "bwd"):
+        assert (
+            new[mode]["16bit"][:-1] == table[mode]["16bit"][:-1] and new[mode]["fp32"] == table[mode]["fp32"]
+        )
+    plan = _cf_plans("bwd", new, (256, 768, 7, 7))
+    assert (plan.BLOCK_N, plan.num_warps) == (small["BLOCK_N"], small["num_warps"])
+    assert planner.load_table("sm90") == table, "the committed table is left as it was"

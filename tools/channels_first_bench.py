@@ -10,13 +10,13 @@ it sets the pace). Needs a CUDA GPU.
     python tools/channels_first_bench.py --sweep   # kernel time of each channels_first table variant
 
 --sweep times launcher.forward / launcher.backward (channels_first=True) with the committed table
-("committed"), and with each candidate of the 16-bit table entries' "channels_first" field
-(dyt.planner.CHANNELS_FIRST) swapped in at every spatial size ("entry": none, the entry's own tile),
-interleaved in rounds.
+("committed"), and with each candidate of `python -m dyt tune --channels-first` as the widest 16-bit
+entries' "channels_first" field (dyt.planner.CHANNELS_FIRST) at every spatial size ("entry": the entry's
+own tile), interleaved in rounds; the tuner times the same candidates, one class of spatial size at a
+time.
 """
 
 import argparse
-import copy
 import math
 
 import torch
@@ -24,42 +24,12 @@ from triton.testing import do_bench, do_bench_cudagraph
 
 import dyt
 from dyt import launcher, planner
+from dyt.service import tune
 
 SHAPES = [(64, 96, 56, 56), (64, 192, 28, 28), (64, 384, 14, 14), (256, 768, 7, 7), (8, 96, 56, 56)]
-# Candidates for the "channels_first" field of every 16-bit entry ({} = the entry's own tile).
-FWD_VARIANTS = {
-    "committed": None,
-    "entry": {},
-    "8x512": {"BLOCK_M": 8, "BLOCK_N": 512, "num_warps": 4},
-    "16x512w8": {"BLOCK_M": 16, "BLOCK_N": 512, "num_warps": 8},
-    "8x256": {"BLOCK_M": 8, "BLOCK_N": 256, "num_warps": 4},
-}
-BWD_VARIANTS = {
-    "committed": None,
-    "entry": {},
-    "entry_s4": {"num_stages": 4},
-    "16x256_p4": {"BLOCK_M": 16, "BLOCK_N": 256, "programs_per_sm": 4},
-    "32x256": {"BLOCK_M": 32, "BLOCK_N": 256},
-    "1x1024_p16": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 16},
-    "1x1024_p8": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 8},
-    "1x1024_p32": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 32},
-    "2x1024_p8": {"BLOCK_M": 2, "BLOCK_N": 1024, "programs_per_sm": 8},
-    "1x2048_p8": {"BLOCK_M": 1, "BLOCK_N": 2048, "programs_per_sm": 8, "num_warps": 8},
-    "1x1024_p16_s4": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 16, "num_stages": 4},
-    "1x1024_p16_w2": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 16, "num_warps": 2},
-    # one or two whole waves: 80 registers a thread keep 6 programs of 4 warps (12 of 2) on an SM at once
-    "1x1024_p6": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6},
-    "1x1024_p6_s4": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6, "num_stages": 4},
-    "1x1024_p12_s4": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_stages": 4},
-    "p12w2_s4": {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_warps": 2, "num_stages": 4},
-    # fewer elements per thread: fewer registers, so more programs resident on an SM
-    "1x512_p8_s4": {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 8, "num_stages": 4},
-    "1x512_p10_s4": {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 10, "num_stages": 4},
-    "1x512_p16_s4": {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 16, "num_stages": 4},
-    "1x512w2_p16_s4": {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 16, "num_warps": 2, "num_stages": 4},
-    "1x256w2_p16_s4": {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 16, "num_warps": 2, "num_stages": 4},
-    "1x256w2_p24_s4": {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 2, "num_stages": 4},
-}
+# The candidates of `python -m dyt tune --channels-first` (dyt.service.tune.CF_CANDIDATES), by name.
+FWD_VARIANTS = {"committed": None, **{tune.candidate_name(c): c for c in tune.CF_CANDIDATES["fwd"]}}
+BWD_VARIANTS = {"committed": None, **{tune.candidate_name(c): c for c in tune.CF_CANDIDATES["bwd"]}}
 
 
 def paper(x, a, g, b):
@@ -119,14 +89,7 @@ def compare(ceiling_gbps: float) -> None:
 
 
 def _with_variant(table: dict, mode: str, variant: dict | None) -> dict:
-    if variant is None:
-        return table
-    swapped = copy.deepcopy(table)
-    for entry in swapped[mode]["16bit"]:
-        entry.pop(planner.CHANNELS_FIRST, None)
-        if variant:
-            entry[planner.CHANNELS_FIRST] = dict(variant)
-    return swapped
+    return table if variant is None else tune.with_channels_first(table, mode, variant)
 
 
 def sweep(ceiling_gbps: float, rounds: int) -> None:

@@ -1,6 +1,10 @@
 """Timing-based tuning, opt-in and offline: measures candidate tiles per (mode, dtype, width bucket) on
 the GPU at hand and writes the launch table (dyt/tables/<arch>.json) that every later run reads without
 timing anything. `python -m dyt tune [--out PATH] [--budget-s S] [--buckets 16bit,fp32]`.
+
+`python -m dyt tune --channels-first` times the channels_first fields instead (dyt.planner.CHANNELS_FIRST:
+the tiles of contiguous (N, C, H, W) rows) at ConvNeXt's stage shapes, one choice per class of spatial
+size, and writes them into the widest 16-bit entries, which those rows' widths (C x H x W) reach.
 """
 
 from __future__ import annotations
@@ -38,6 +42,119 @@ ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.k
 # (dyt.planner.CHANNELS_FIRST; tools/channels_first_bench.py --sweep); timing the bucket's own width in one
 # dtype sees none.
 HAND_SET = ("copies_as_rows", planner.FP32_PARAMS, planner.FOLDED, planner.CHANNELS_FIRST)
+
+
+# Channels-first: the classes of spatial size L = H x W (a variant's "max_span"; None: any larger) and
+# the (N, C, H, W) shapes each class is timed at (ConvNeXt-T's stages: L = 49, 196, 784, 3136).
+CF_SHAPES = {64: [(256, 768, 7, 7)], 256: [(64, 384, 14, 14)], None: [(64, 96, 56, 56), (64, 192, 28, 28)]}
+# The candidate fields ({}: the entry's own tile). The backward's BLOCK_N is cut further by the slot rule
+# (dyt.planner.CF_SLOT_TILE); 1 x 1024 takes 80 registers on 4 warps, so 6 programs fill an SM.
+CF_CANDIDATES = {
+    "fwd": [
+        {},
+        {"BLOCK_M": 8, "BLOCK_N": 512, "num_warps": 4},
+        {"BLOCK_M": 8, "BLOCK_N": 256, "num_warps": 4},
+        {"BLOCK_M": 16, "BLOCK_N": 512, "num_warps": 8},
+        {"BLOCK_M": 8, "BLOCK_N": 1024, "num_warps": 8},
+    ],
+    "bwd": [
+        {},
+        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6, "num_stages": 4},
+        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6},
+        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 8},
+        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_stages": 4},
+        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 16, "num_stages": 4},
+        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_warps": 2, "num_stages": 4},
+        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 16, "num_warps": 2},
+        {"BLOCK_M": 2, "BLOCK_N": 1024, "programs_per_sm": 8},
+        {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 8, "num_stages": 4},
+        {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 16, "num_warps": 2, "num_stages": 4},
+        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 16, "num_warps": 2, "num_stages": 4},
+        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 2, "num_stages": 4},
+    ],
+}
+
+
+def candidate_name(fields: dict) -> str:
+    """A channels_first candidate as BLOCK_MxBLOCK_N[wWARPS][_pPROGRAMS][_sSTAGES] ("entry": {})."""
+    if not fields:
+        return "entry"
+    name = f"{fields['BLOCK_M']}x{fields['BLOCK_N']}"
+    for key, tag in (("num_warps", "w"), ("programs_per_sm", "_p"), ("num_stages", "_s")):
+        if key in fields:
+            name += f"{tag}{fields[key]}"
+    return name
+
+
+def with_channels_first(table: dict, mode: str, field) -> dict:
+    """A copy of table whose widest 16-bit `mode` entry has this channels_first field (a dict or a list
+    by max_span; None: no field)."""
+    swapped = copy.deepcopy(table)
+    widest = swapped[mode]["16bit"][-1]
+    widest.pop(planner.CHANNELS_FIRST, None)
+    if field is not None:
+        widest[planner.CHANNELS_FIRST] = copy.deepcopy(field)
+    return swapped
+
+
+def channels_first_field(choices: list[tuple[int | None, dict]]):
+    """The channels_first field for the chosen candidate of each span class (ascending max_span, None
+    last): neighbouring classes with the same choice merge into the larger; one class left is a plain
+    dict, else a list of dicts with their max_span."""
+    merged: list[tuple[int | None, dict]] = []
+    for max_span, fields in reversed(choices):
+        if not (merged and merged[0][1] == fields):
+            merged.insert(0, (max_span, fields))
+    if len(merged) == 1:
+        return dict(merged[0][1])
+    return [{"max_span": max_span, **fields} for max_span, fields in merged]
+
+
+def tune_channels_first(table: dict, time_ms) -> dict:
+    """table with the widest 16-bit entries' channels_first fields retuned: for each class of CF_SHAPES
+    the candidate with the least time summed over the class's shapes (the first of equals), as
+    time_ms(mode, candidate, shape) measures it."""
+    for mode in ("fwd", "bwd"):
+        choices = []
+        for max_span, shapes in CF_SHAPES.items():
+            timed = [
+                (sum(time_ms(mode, c, shape) for shape in shapes), i)
+                for i, c in enumerate(CF_CANDIDATES[mode])
+            ]
+            ms, best = min(timed)
+            fields = CF_CANDIDATES[mode][best]
+            print(
+                f"channels_first {mode} L<={max_span}: {candidate_name(fields)} {ms * 1e3:.1f} us, {shapes}"
+            )
+            choices.append((max_span, fields))
+        table = with_channels_first(table, mode, channels_first_field(choices))
+    return table
+
+
+def _time_channels_first(table: dict, mode: str, fields: dict, shape) -> float:
+    """Median ms of launcher.forward / launcher.backward (channels_first=True) on bf16 x with float32
+    parameters of this shape, with this candidate as the widest entry's channels_first field."""
+    import torch
+
+    from dyt import launcher
+    from dyt.service.bench import replay_median_ms
+
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn_like(x)
+    f32 = torch.float32
+    alpha = torch.full((1,), 0.5, device="cuda")
+    gamma = torch.randn(shape[1], device="cuda")
+    beta = torch.randn(shape[1], device="cuda")
+    with launcher.overrides(table=with_channels_first(table, mode, fields)):
+        if mode == "fwd":
+            fn = lambda: launcher.forward(x, alpha, gamma, beta, x.dtype, channels_first=True)  # noqa: E731
+        else:
+            fn = lambda: launcher.backward(dy, x, alpha, gamma, x.dtype, f32, f32, f32, channels_first=True)  # noqa: E731
+        try:
+            return replay_median_ms(fn, reps=10, replays=5)
+        except Exception as exc:  # a config that does not compile or launch is simply not chosen
+            print(f"  skip {candidate_name(fields)} at {shape}: {type(exc).__name__}: {exc}")
+            return float("inf")
 
 
 def candidates(mode: str, width: int) -> list[dict]:
@@ -138,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--buckets", default="16bit,fp32")
     parser.add_argument("--modes", default="fwd,bwd")
     parser.add_argument("--widths", help="only these width buckets, e.g. 768,2048 (16384: the last)")
+    parser.add_argument(
+        "--channels-first",
+        action="store_true",
+        help="retune the widest 16-bit entries' channels_first fields",
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -148,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
 
     arch = launcher.target_of(torch.device("cuda")).arch
     out = args.out or planner.TABLES / f"{arch}.json"
+    if args.channels_first:
+        table = planner.load_table(arch)
+        table = tune_channels_first(table, lambda *a: _time_channels_first(table, *a))
+        out.write_text(json.dumps(table, indent=1) + "\n")
+        print(f"wrote {out}")
+        return 0
     widths = None if args.widths is None else {int(w) for w in args.widths.split(",")}
     tune(out, args.budget_s, args.buckets.split(","), args.modes.split(","), widths)
     return 0
