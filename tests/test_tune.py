@@ -182,4 +182,14 @@ def test_the_channels_first_tune_writes_the_fastest_candidate_per_class():
         )
     plan = _cf_plans("bwd", new, (256, 768, 7, 7))
     assert (plan.BLOCK_N, plan.num_warps) == (small["BLOCK_N"], small["num_warps"])
+    only_bwd = tune.tune_channels_first(table, time_ms, modes=["bwd"])
+    assert only_bwd["fwd"] == table["fwd"] and only_bwd["bwd"] == new["bwd"]
     assert planner.load_table("sm90") == table, "the committed table is left as it was"
+
+
+def test_the_tuner_refuses_unknown_modes_before_looking_for_a_gpu(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        tune.main(["--channels-first", "--modes", "fwd,backward"])
+    assert (
+        exit_info.value.code == 2 and "--modes takes fwd and/or bwd, got backward" in capsys.readouterr().err
+    )

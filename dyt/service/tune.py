@@ -110,11 +110,11 @@ def channels_first_field(choices: list[tuple[int | None, dict]]):
     return [{"max_span": max_span, **fields} for max_span, fields in merged]
 
 
-def tune_channels_first(table: dict, time_ms) -> dict:
-    """table with the widest 16-bit entries' channels_first fields retuned: for each class of CF_SHAPES
-    the candidate with the least time summed over the class's shapes (the first of equals), as
-    time_ms(mode, candidate, shape) measures it."""
-    for mode in ("fwd", "bwd"):
+def tune_channels_first(table: dict, time_ms, modes=("fwd", "bwd")) -> dict:
+    """table with the widest 16-bit entries' channels_first fields retuned in these modes: for each class
+    of CF_SHAPES the candidate with the least time summed over the class's shapes (the first of equals),
+    as time_ms(mode, candidate, shape) measures it."""
+    for mode in modes:
         choices = []
         for max_span, shapes in CF_SHAPES.items():
             timed = [
@@ -258,9 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--channels-first",
         action="store_true",
-        help="retune the widest 16-bit entries' channels_first fields",
+        help="retune the widest 16-bit entries' channels_first fields (in --modes), not the rows' tiles",
     )
     args = parser.parse_args(argv)
+    unknown = set(args.modes.split(",")) - {"fwd", "bwd"}
+    if unknown:
+        parser.error(f"--modes takes fwd and/or bwd, got {', '.join(sorted(unknown))}")
     import torch
 
     if not torch.cuda.is_available():
@@ -271,8 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     arch = launcher.target_of(torch.device("cuda")).arch
     out = args.out or planner.TABLES / f"{arch}.json"
     if args.channels_first:
-        table = planner.load_table(arch)
-        table = tune_channels_first(table, lambda *a: _time_channels_first(table, *a))
+        committed = planner.load_table(arch)
+        timer = lambda *a: _time_channels_first(committed, *a)  # noqa: E731
+        table = tune_channels_first(committed, timer, args.modes.split(","))
         out.write_text(json.dumps(table, indent=1) + "\n")
         print(f"wrote {out}")
         return 0
