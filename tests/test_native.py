@@ -286,6 +286,17 @@ CASES = {
 }
 
 
+def assert_same_outputs(fast, slow):
+    """(y, dx, dalpha, dgamma, dbeta) of two paths: the same dtypes, shapes, strides and bits (None, no
+    beta, in both)."""
+    for name, a, b in zip(("y", "dx", "dalpha", "dgamma", "dbeta"), fast, slow, strict=True):
+        if a is None or b is None:
+            assert a is None and b is None, name
+            continue
+        assert (a.dtype, a.shape, a.stride()) == (b.dtype, b.shape, b.stride()), name
+        assert torch.equal(a, b), name
+
+
 def _run_case(shape, dtype, param_dtype, beta, channels_first, seed):
     """Forward and backward of fresh inputs (channels-first: x and dy of shape (N, C, *spatial))."""
     import dyt
@@ -317,11 +328,7 @@ def test_native_calls_give_the_python_paths_bits(case, seed, monkeypatch, ext):
     use_python_path(monkeypatch)
     inp_py, slow = _run_case(shape, dtype, param_dtype, beta, cf, seed)
     assert calls == ["forward", "backward"]
-    for name, a, b in zip(("y", "dx", "dalpha", "dgamma", "dbeta"), fast, slow, strict=True):
-        if a is None:
-            assert b is None and not beta
-            continue
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), name
+    assert_same_outputs(fast, slow)
     assert fast[2].shape == inp.alpha.shape
 
 
@@ -354,9 +361,7 @@ def test_a_strided_last_dimension_is_copied_once_and_runs_natively(seed, monkeyp
     use_python_path(monkeypatch)
     slow = _permuted_case(seed)
     assert calls == ["forward", "backward"]
-    for name, a, b in zip(("y", "dx", "dalpha", "dgamma", "dbeta"), fast, slow, strict=True):
-        assert (a.dtype, a.shape, a.stride()) == (b.dtype, b.shape, b.stride()), name
-        assert torch.equal(a, b), name
+    assert_same_outputs(fast, slow)
 
 
 @pytest.mark.gpu_only
