@@ -137,17 +137,19 @@ def _sech_and_q(a, APPROX: tl.constexpr):
 
 
 @triton.jit
-def _tanh_sech2(z, TANH: tl.constexpr, APPROX: tl.constexpr):
+def _tanh_sech2(z, TANH: tl.constexpr, APPROX: tl.constexpr, POLY_TERMS: tl.constexpr):
     """tanh(z) and sech(z)^2 = 1 - tanh(z)^2 in float32 (the backward's helper), a few float32 ulps each.
 
     sech^2 is sech * sech from exp(-|z|) at every z, never 1 - t*t, which cancels to zero once |tanh|
-    rounds to 1. tanh takes the polynomial below |z| = 0.6, where 1 - q would cancel, and 1 - q above.
-    NaN propagates; z = +-inf gives tanh = +-1, sech^2 = 0.
+    rounds to 1. tanh takes the polynomial of POLY_TERMS terms (as _tanh's) below its limit (0.6, or 0.4
+    for 3 terms), where 1 - q would cancel, and 1 - q above. NaN propagates; z = +-inf gives tanh = +-1,
+    sech^2 = 0.
     """
     a = tl.abs(z)
     sech, q = _sech_and_q(a, APPROX)
     if TANH == 0:
-        t = _with_sign_of(tl.where(a < _POLY_LIMIT, _tanh_poly(a), 1.0 - q), z)
+        LIMIT: tl.constexpr = _SHORT_POLY_LIMIT if POLY_TERMS == 3 else _POLY_LIMIT
+        t = _with_sign_of(tl.where(a < LIMIT, _poly(a, POLY_TERMS), 1.0 - q), z)
         sech2 = sech * sech
     elif TANH == 1:
         t = _tanh(z, TANH, APPROX, True)
@@ -265,6 +267,7 @@ def dyt_fwd_kernel(
 def _bwd_tile(
     X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
     acc_dgamma, acc_dbeta, acc_dalpha, TANH: tl.constexpr, APPROX: tl.constexpr, MASKED: tl.constexpr,
+    POLY_TERMS: tl.constexpr,
 ):  # fmt: skip
     """One tile of the backward: stores dx, returns the three accumulators with this tile added.
 
@@ -281,13 +284,13 @@ def _bwd_tile(
         x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptrs, mask=mask, other=0.0).to(tl.float32)
         z = tl.where(mask, alpha * x, 0.0)
-        t, sech2 = _tanh_sech2(z, TANH, APPROX)
+        t, sech2 = _tanh_sech2(z, TANH, APPROX, POLY_TERMS)
         dz = tl.where(mask, (dy * gamma[None, :]) * sech2, 0.0)
         tl.store(dx_ptrs, (dz * alpha).to(DX.dtype.element_ty), mask=mask)
     else:
         x = tl.load(x_ptrs).to(tl.float32)
         dy = tl.load(dy_ptrs).to(tl.float32)
-        t, sech2 = _tanh_sech2(alpha * x, TANH, APPROX)
+        t, sech2 = _tanh_sech2(alpha * x, TANH, APPROX, POLY_TERMS)
         dz = (dy * gamma[None, :]) * sech2
         tl.store(dx_ptrs, (dz * alpha).to(DX.dtype.element_ty))
     return acc_dgamma + dy * t, acc_dbeta + dy, acc_dalpha + dz * x
@@ -336,6 +339,7 @@ def dyt_bwd_kernel(
     APPROX: tl.constexpr, STRIDED: tl.constexpr, NUM_STAGES: tl.constexpr, EVEN_N: tl.constexpr,
     GAMMA_PERIOD: tl.constexpr, RAGGED: tl.constexpr, PDL: tl.constexpr, LANE_RUN: tl.constexpr,
     FOLD_COPIES: tl.constexpr, GAMMA_SPAN: tl.constexpr, CHANNEL_SLOTS: tl.constexpr,
+    POLY_TERMS: tl.constexpr,
 ):  # fmt: skip
     """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
 
@@ -407,14 +411,14 @@ def dyt_bwd_kernel(
                                   RAGGED)  # fmt: skip
             acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
                 X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
-                acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, False,
+                acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, False, POLY_TERMS,
             )  # fmt: skip
         for i in range(tl.maximum(start, n_whole), end):
             rows, _, mask = _tile(first + i * step, pid_n, row_end, N, n_elements, BLOCK_M, BLOCK_N, INT64,
                                   RAGGED)  # fmt: skip
             acc_dgamma, acc_dbeta, acc_dalpha = _bwd_tile(
                 X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,
-                acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, True,
+                acc_dgamma, acc_dbeta, acc_dalpha, TANH, APPROX, True, POLY_TERMS,
             )  # fmt: skip
         _store_run_partials(PART_DGAMMA, PART_DBETA, PART_DALPHA, acc_dgamma, acc_dbeta, acc_dalpha,
                             pid * n_runs + run, group * n_runs + run, N, cols, col_ok, pid_n, n_col_blocks,
@@ -499,7 +503,8 @@ def dyt_bwd_cf_finish_kernel(
     n_col_blocks * CHANNEL_SLOTS) float32, where column block b's slot k holds channel
     (b * MAIN_BLOCK_N) // GAMMA_SPAN + k (dyt_bwd_kernel's _store_run_partials). Channel c's columns
     c L .. c L + L - 1 lie in at most BLOCKS_PER_CHANNEL consecutive column blocks; each program adds up
-    BLOCK_C channels over those blocks and the row groups in a fixed order, the last program dalpha,
+    BLOCK_C channels over the row groups, BLOCK_G at a time, and in each step over those blocks, in a
+    fixed order, the last program dalpha,
     DALPHA_BLOCK partials a step (BLOCK_G is cut to the few row groups: BLOCK_G x BLOCK_C partials a
     step would leave dalpha a loop of dependent loads)."""
     _wait_for_primary(PDL)
@@ -515,10 +520,15 @@ def dyt_bwd_cf_finish_kernel(
         width = n_col_blocks * CHANNEL_SLOTS
         acc_dgamma = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
         acc_dbeta = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
-        for j in range(0, BLOCKS_PER_CHANNEL):
-            block = first_block + j
-            ok = channel_ok & (block <= last_block)
-            slot = block * CHANNEL_SLOTS + channels - (block * MAIN_BLOCK_N) // GAMMA_SPAN
-            acc_dgamma, acc_dbeta = _add_partial_rows(PART_DGAMMA, PART_DBETA, acc_dgamma, acc_dbeta,
-                                                      n_groups, width, slot, ok, BLOCK_G)  # fmt: skip
+        for g0 in range(0, n_groups, BLOCK_G):
+            groups = g0 + tl.arange(0, BLOCK_G)
+            # unrolled: a step's loads of every block are independent, so they are in flight together
+            for j in tl.static_range(BLOCKS_PER_CHANNEL):
+                block = first_block + j
+                ok = channel_ok & (block <= last_block)
+                slot = block * CHANNEL_SLOTS + channels - (block * MAIN_BLOCK_N) // GAMMA_SPAN
+                mask = (groups < n_groups)[:, None] & ok[None, :]
+                offs = groups[:, None] * width + slot[None, :]
+                acc_dgamma += tl.load(PART_DGAMMA + offs, mask=mask, other=0.0)
+                acc_dbeta += tl.load(PART_DBETA + offs, mask=mask, other=0.0)
         _store_param_grads(DGAMMA, DBETA, acc_dgamma, acc_dbeta, channels, channel_ok)

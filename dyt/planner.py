@@ -125,6 +125,7 @@ class TilePlan:
     ragged: bool  # folded rows of which the last ends early (its columns masked by the element count)
     n_elements: int  # the element count the kernels mask the last folded row by (0 where not ragged)
     pdl: bool
+    poly_terms: int  # tanh's polynomial (dyt.kernels._tanh, _tanh_sech2): the table entry's "poly"
 
     @property
     def path(self) -> str:
@@ -141,7 +142,6 @@ class FwdPlan(TilePlan):
     """One tile per program; `kernel` is the launch of dyt_fwd_kernel."""
 
     sign_select: bool  # how tanh takes its sign (dyt.kernels._tanh): the table entry's "sign"
-    poly_terms: int  # tanh's polynomial (dyt.kernels._tanh): the table entry's "poly" (POLY_TERMS)
     kernel: KernelLaunch
 
 
@@ -250,14 +250,22 @@ def channels_first_variant(entry: dict, span: int) -> dict | None:
     return None
 
 
-# A forward entry's (or its variant's) "poly": the terms of tanh's polynomial near 0 (dyt.kernels._tanh);
-# 3 saves two FFMA per element. A variant tile without a "poly" of its own runs its entry's, and an entry
-# without one the first of these.
+# An entry's (or its variant's) "poly", forward or backward: the terms of tanh's polynomial near 0
+# (dyt.kernels._tanh, _tanh_sech2); 3 saves two FFMA per element. A variant tile without a "poly" of its own
+# runs its entry's, and an entry without one the first of these.
 POLY_TERMS = (5, 3)
 # tanh takes its polynomial below |z| = the limit of the polynomial with that many terms, and
-# 1 - 2 / (exp(2|z|) + 1) from there on (dyt.kernels._tanh; the backward and dyt.torch_path switch their
-# sech^2 formula at the 5-term limit).
+# 1 - 2 / (exp(2|z|) + 1) (the backward: 1 - h sech(z), h = exp(-|z|)) from there on (dyt.torch_path
+# switches its sech^2 formula at the 5-term limit).
 POLY_LIMITS = {5: 0.6, 3: 0.4}
+
+
+def poly_terms(entry: dict, mode: str) -> int:
+    """The entry's "poly" (POLY_TERMS[0] where it has none); mode names the table in the error."""
+    poly = entry.get("poly", POLY_TERMS[0])
+    if poly not in POLY_TERMS:
+        raise ValueError(f"launch table: a {mode} entry's poly must be one of {POLY_TERMS}, got {poly!r}")
+    return poly
 
 
 def forward_entry(
@@ -367,7 +375,9 @@ def _folded_view(M: int, N: int, row_strides: tuple[int, ...], fold: int, gamma_
     return _View(cdiv(M * N, wide), wide, strides, N, ragged, M * N if ragged else 0, gamma_span)
 
 
-def _tile_fields(entry, view: _View, tile, n_row_programs, target: Target, overrides: Overrides) -> dict:
+def _tile_fields(
+    entry, view: _View, tile, n_row_programs, target: Target, overrides: Overrides, mode: str
+) -> dict:
     """The TilePlan fields both plans share, with the grid checked against CUDA's axis-0 limit."""
     block_m, block_n, n_col_blocks = tile
     n_programs = n_row_programs * n_col_blocks
@@ -380,7 +390,7 @@ def _tile_fields(entry, view: _View, tile, n_row_programs, target: Target, overr
                 int64=needs_int64(view.M, view.N, view.row_strides, block_m, overrides.int64),
                 tanh=tanh_method(overrides, target.interpreter), gamma_period=view.gamma_period,
                 gamma_span=view.gamma_span, ragged=view.ragged, n_elements=view.n_elements,
-                pdl=target.pdl)  # fmt: skip
+                pdl=target.pdl, poly_terms=poly_terms(entry, mode))  # fmt: skip
 
 
 def plan_forward(
@@ -417,10 +427,8 @@ def plan_forward(
         if block_n % N == 0 or wide.N % block_n == 0:
             view, entry = wide, wide_entry
     tile = tile_shape(entry, view.N)
-    fields = _tile_fields(entry, view, tile, cdiv(view.M, tile[0]), target, overrides)
-    poly = entry.get("poly", POLY_TERMS[0])
-    if poly not in POLY_TERMS:
-        raise ValueError(f"launch table: a forward entry's poly must be one of {POLY_TERMS}, got {poly!r}")
+    fields = _tile_fields(entry, view, tile, cdiv(view.M, tile[0]), target, overrides, "forward")
+    poly = fields["poly_terms"]
     sign_select = entry.get("sign", "select") == "select"
     constexprs = (
         ("HAS_BETA", has_beta), ("BLOCK_M", tile[0]), ("BLOCK_N", tile[1]), ("N_COL_BLOCKS", tile[2]),
@@ -435,7 +443,7 @@ def plan_forward(
         num_warps=entry["num_warps"],
         pdl=target.pdl,
     )
-    return FwdPlan(**fields, sign_select=sign_select, poly_terms=poly, kernel=kernel)
+    return FwdPlan(**fields, sign_select=sign_select, kernel=kernel)
 
 
 def plan_backward(
@@ -534,7 +542,7 @@ def _plan_backward_view(
     target_groups = max(1, min(wanted, max(budget_groups, floor_groups), n_tiles))
     tiles_per_program = cdiv(n_tiles, target_groups)
     n_groups = cdiv(n_tiles, tiles_per_program)
-    fields = _tile_fields(entry, view, tile, n_groups, target, overrides)
+    fields = _tile_fields(entry, view, tile, n_groups, target, overrides, "backward")
     lane_run = overrides.lane_run or LANE_RUN_TILES
     runs = cdiv(tiles_per_program, lane_run)
     n_programs = fields["grid"][0]
@@ -570,6 +578,7 @@ def _plan_backward_view(
             ("FOLD_COPIES", copies_in_block > 0),
             ("GAMMA_SPAN", span),
             ("CHANNEL_SLOTS", slots),
+            ("POLY_TERMS", fields["poly_terms"]),
         ),  # fmt: skip
         num_warps=entry["num_warps"],
         pdl=False,  # onto an idle GPU: its persistent grid relies on an even spread of programs over SMs

@@ -133,3 +133,18 @@ def table_with_forward_variant(field: str) -> dict:
     if field not in planner.table_entry(table, "fwd", 2, planner.FOLD_WIDTH):
         table = planner.load_table("sm90")
     return copy.deepcopy(table)
+
+
+def with_poly(table: dict, terms: int, modes=("fwd",)) -> dict:
+    """The table with every entry of these modes, and every variant tile in it (channels_first's list
+    too), on `terms` polynomial terms."""
+    table = copy.deepcopy(table)
+    for mode in modes:
+        for entries in table[mode].values():
+            for entry in entries:
+                entry["poly"] = terms
+                for field in planner.VARIANTS:
+                    variant = entry.get(field)
+                    for tile in [variant] if isinstance(variant, dict) else variant or []:
+                        tile["poly"] = terms
+    return table

@@ -18,7 +18,7 @@ import torch
 import dyt
 from dyt import launcher, ops, planner
 
-from helpers import DTYPES, SM90, check_against_reference, make_inputs, on_gpu
+from helpers import DTYPES, SM90, check_against_reference, make_inputs, on_gpu, with_poly
 
 pytestmark = [
     pytest.mark.reference_equivalence,
@@ -96,6 +96,27 @@ def test_values_with_the_sm90_channels_first_tiles(shape, dtype, seed):
     assert x[0].numel() > 8192 and (dtype == "fp32" or planner.channels_first_variant(entry, L) is not None)
     with launcher.overrides(table=table):
         check_against_reference(cl, _run(x, dy, cl))
+
+
+@needs_kernels
+@pytest.mark.parametrize("terms", planner.POLY_TERMS)
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_both_backward_polynomials_with_the_sm90_channels_first_tiles(terms, dtype, seed):
+    """The sm90 channels_first backward tiles on either polynomial (a variant's "poly"), with |alpha x|
+    spread over [0, 1.5] across both limits (0.4 and 0.6), against the reference: spatial sizes in the
+    ranges up to 64 and 65-256."""
+    table = with_poly(planner.load_table("sm90"), terms, modes=("bwd",))
+    for shape in SM90_WIDE[:2]:
+        n, C, *spatial = shape
+        x, dy, cl = _inputs(shape, DTYPES[dtype], seed=seed, alpha=0.75)
+        gen = torch.Generator().manual_seed(seed)
+        spread = (torch.rand(n, *spatial, C, generator=gen) * 4 - 2).to(x.dtype).to(x.device)
+        cl.x = spread.requires_grad_()
+        x = spread.detach().movedim(-1, 1).contiguous().requires_grad_()
+        with launcher.overrides(table=table):
+            plan = launcher.backward_plan(x.detach(), dy, channels_first=True)
+            assert (plan.gamma_span, plan.poly_terms) == (math.prod(spatial), terms), plan
+            check_against_reference(cl, _run(x, dy, cl))
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last", "strided"])

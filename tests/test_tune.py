@@ -117,6 +117,7 @@ def test_every_channels_first_candidate_plans_at_its_shapes(mode):
             assert plan.num_warps == fields.get("num_warps", entry["num_warps"])
             if mode == "bwd":
                 assert plan.num_stages == fields.get("num_stages", entry["num_stages"])
+            assert plan.poly_terms == fields.get("poly", entry.get("poly", 5))
             assert plan.n_col_blocks * plan.BLOCK_N >= plan.N and plan.gamma_span == shape[2] * shape[3]
 
 
@@ -157,7 +158,9 @@ def test_the_channels_first_tune_writes_the_fastest_candidate_per_class():
     summed over its shapes, in the widest 16-bit entries only; plans then follow the new fields."""
     table = planner.load_table("sm90")
     fwd_pick = tune.CF_CANDIDATES["fwd"][2]
-    small, large = tune.CF_CANDIDATES["bwd"][-1], tune.CF_CANDIDATES["bwd"][3]
+    small = {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 2, "num_stages": 4, "poly": 3}
+    small = next(c for c in tune.CF_CANDIDATES["bwd"] if c == small)
+    large = tune.CF_CANDIDATES["bwd"][3]
 
     def time_ms(mode, fields, shape):
         L = shape[2] * shape[3]
@@ -181,7 +184,7 @@ def test_the_channels_first_tune_writes_the_fastest_candidate_per_class():
             new[mode]["16bit"][:-1] == table[mode]["16bit"][:-1] and new[mode]["fp32"] == table[mode]["fp32"]
         )
     plan = _cf_plans("bwd", new, (256, 768, 7, 7))
-    assert (plan.BLOCK_N, plan.num_warps) == (small["BLOCK_N"], small["num_warps"])
+    assert (plan.BLOCK_N, plan.num_warps, plan.poly_terms) == (small["BLOCK_N"], small["num_warps"], 3)
     only_bwd = tune.tune_channels_first(table, time_ms, modes=["bwd"])
     assert only_bwd["fwd"] == table["fwd"] and only_bwd["bwd"] == new["bwd"]
     assert planner.load_table("sm90") == table, "the committed table is left as it was"
@@ -193,3 +196,103 @@ def test_the_tuner_refuses_unknown_modes_before_looking_for_a_gpu(capsys):
     assert (
         exit_info.value.code == 2 and "--modes takes fwd and/or bwd, got backward" in capsys.readouterr().err
     )
+
+
+def test_the_polynomial_is_chosen_where_the_geometric_mean_of_its_ratios_wins_by_the_margin():
+    """Each timer's two polynomials in interleaved rounds; 3 terms where the geometric mean over the
+    timers of (time with 3) / (time with 5) is below 1 - POLY_MARGIN (0.99)."""
+    for ratios, want in (((0.95,), 3), ((0.995,), 5), ((1.0,), 5), ((1.1,), 5), ((1.0, 0.97), 3),
+                         ((1.01, 0.98), 5)):  # fmt: skip
+        calls = []
+
+        def make(r, i, calls=calls):
+            def timer(n_terms):
+                calls.append((i, n_terms))
+                return r if n_terms == 3 else 1.0
+
+            return timer
+
+        chosen, measured = tune.poly_choice([make(r, i) for i, r in enumerate(ratios)])
+        assert (chosen, measured) == (want, list(ratios)), ratios
+        rounds = [
+            (i, t) for i in range(len(ratios)) for _ in range(tune.POLY_ROUNDS) for t in planner.POLY_TERMS
+        ]
+        assert calls == rounds, "each timer's two polynomials alternate, round after round"
+
+
+def _other_fields(entry: dict) -> dict:
+    return {k: v for k, v in entry.items() if k not in ("poly", planner.CHANNELS_FIRST)}
+
+
+def _poly_plans(table, shape=None, width=None, **kw):
+    """(forward, backward) poly_terms: channels-first (N, C, H, W), or bandwidth rows of this width
+    (strided, so that narrow rows are not folded into a wider entry's)."""
+    over = planner.Overrides(table=table)
+    if shape:
+        N, C, H, W = shape
+        args = (N, C * H * W, 2)
+        kw = {**kw, "channel_span": H * W}
+    else:
+        args = (2**26 // width, width, 2)
+        kw = {**kw, "x_stride": 2 * width}
+    fwd = planner.plan_forward(*args, target=SM90, overrides=over, **kw)
+    return fwd.poly_terms, planner.plan_backward(*args, target=SM90, overrides=over, **kw).poly_terms
+
+
+def test_the_poly_tune_writes_each_entrys_and_channels_first_choice():
+    """With stand-in timers (the real ones need a GPU): 3 terms win the backward at widths up to 256 and
+    the channels-first backward at L <= 64, 5 everywhere else. The plans then run what was chosen; the
+    forward's fp32_params and folded tiles keep the polynomial they ran; the committed table is left as
+    it was."""
+    table = planner.load_table("sm90")
+
+    sizes = set()
+
+    def time_entry(mode, bucket, entry, elements):
+        sizes.add(elements)
+        # 3 terms win the small size only; they win overall where that beats the margin
+        wins = mode == "bwd" and (entry["max_width"] or 10**9) <= 256 and elements == tune.POLY_L2_ELEMENTS
+        return 0.9 if wins and entry["poly"] == 3 else 1.0
+
+    def time_cf(mode, fields, shape):
+        wins = mode == "bwd" and shape[2] * shape[3] <= 64
+        return 0.9 if wins and fields["poly"] == 3 else 1.0
+
+    new = tune.tune_poly(table, time_entry, time_cf)
+    assert sizes == {2**26, tune.POLY_L2_ELEMENTS}, "rows are timed at the bandwidth shape and the L2 size"
+    assert planner.load_table("sm90") == table, "the committed table is left as it was"
+    for bucket in ("16bit", "fp32"):
+        for old, entry in zip(table["bwd"][bucket], new["bwd"][bucket], strict=True):
+            assert entry.get("poly", 5) == (3 if (entry["max_width"] or 10**9) <= 256 else 5), entry
+            assert _other_fields(entry) == _other_fields(old)
+        for old, entry in zip(table["fwd"][bucket], new["fwd"][bucket], strict=True):
+            assert "poly" not in entry, entry
+            for field in (planner.FP32_PARAMS, planner.FOLDED):
+                if field in old:
+                    assert entry[field].get("poly", 5) == old[field].get("poly", old.get("poly", 5)), field
+    assert _poly_plans(new, width=128) == (5, 3) and _poly_plans(new, width=768) == (5, 5)
+    assert _poly_plans(new, shape=(256, 768, 7, 7)) == (5, 3)
+    assert _poly_plans(new, shape=(64, 384, 14, 14)) == (5, 5) == _poly_plans(new, shape=(64, 96, 56, 56))
+    # the tiles themselves stay: the channels-first backward's tiles per spatial size are the committed ones
+    for shape in (s for shapes in tune.CF_SHAPES.values() for s in shapes):
+        before, after = _cf_plans("bwd", table, shape), _cf_plans("bwd", new, shape)
+        assert (before.BLOCK_M, before.BLOCK_N, before.num_warps, before.grid) == (
+            after.BLOCK_M,
+            after.BLOCK_N,
+            after.num_warps,
+            after.grid,
+        )
+    # an fp32_params tile that inherited its entry's polynomial keeps it when the entry's changes
+    inherited = planner.load_table("sm90")
+    wide = planner.table_entry(inherited, "fwd", 2, planner.FOLD_WIDTH)
+    wide["poly"] = 3
+    del wide[planner.FP32_PARAMS]["poly"]
+    kept = tune.tune_poly(inherited, lambda m, b, e, n: 1.0, lambda m, f, s: 1.0, modes=["fwd"])
+    entry = planner.table_entry(kept, "fwd", 2, planner.FOLD_WIDTH)
+    assert "poly" not in entry and entry[planner.FP32_PARAMS]["poly"] == 3
+
+
+def test_the_tuner_takes_poly_or_channels_first_not_both(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        tune.main(["--poly", "--channels-first"])
+    assert exit_info.value.code == 2 and "give one of the two" in capsys.readouterr().err

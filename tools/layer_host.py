@@ -9,6 +9,10 @@ cost on top). Needs a CUDA GPU; run it alone (other processes on the host's CPUs
     CUDA_VISIBLE_DEVICES=0 python tools/layer_host.py --profile dyt --shapes 8x197x384
     CUDA_VISIBLE_DEVICES=0 python tools/layer_host.py --layout permuted --shapes 8x96x56x56 --variants \
         layernorm,eager,dyt,dyt-python
+    CUDA_VISIBLE_DEVICES=0 python tools/layer_host.py --modes train --variants \
+        layernorm,layernorm-frozen-bias,native-op,native-op-frozen-alpha
+
+The frozen variants hold one parameter out of the gradient: what each parameter's gradient costs a step.
 
 --layout permuted runs ConvNeXt's block norms: shapes are (N, C, H, W), and each layer normalizes C of the
 (N, H, W, C) permute of a contiguous (N, C, H, W) tensor (last-dimension stride H * W), its output
@@ -42,13 +46,29 @@ class NativeOpDyT(dyt.DyT):
         return native.OP(x, self.alpha, self.weight, self.bias, False, False)
 
 
+def without_grad(norm: type, name: str) -> type:
+    """norm with its parameter `name` frozen (requires_grad False): what one parameter's gradient costs the
+    step (its accumulation into .grad, and whatever the norm's backward then skips)."""
+
+    def make(C: int) -> nn.Module:
+        module = norm(C)
+        getattr(module, name).requires_grad_(False)
+        return module
+
+    return make
+
+
 NORMS = {
     "layernorm": nn.LayerNorm,
     "eager": EagerDyT,
     "dyt": dyt.DyT,
     "dyt-python": dyt.DyT,
     "native-op": NativeOpDyT,
+    "layernorm-frozen-bias": without_grad(nn.LayerNorm, "bias"),
+    "native-op-frozen-alpha": without_grad(NativeOpDyT, "alpha"),
 }
+# The default variants: the frozen ones are asked for by name.
+DEFAULT_VARIANTS = ["layernorm", "eager", "dyt", "dyt-python", "native-op"]
 
 
 class PermutedBlock(nn.Module):
@@ -115,13 +135,16 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--shapes", default="8x197x384,2x256x256,8x49x768")
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
-    parser.add_argument("--variants", default=",".join(NORMS))
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"of {', '.join(NORMS)}")
     parser.add_argument("--modes", default="train,infer")
     parser.add_argument("--profile", default=None, choices=list(NORMS))
     parser.add_argument("--layout", default="rows", choices=["rows", "permuted"])
     args = parser.parse_args()
     permuted = args.layout == "permuted"
-    if permuted and "native-op" in args.variants.split(","):
+    unknown = sorted(set(args.variants.split(",")) - set(NORMS))
+    if unknown:
+        parser.error(f"--variants takes {', '.join(NORMS)}; got {', '.join(unknown)}")
+    if permuted and any(v.startswith("native-op") for v in args.variants.split(",")):
         parser.error("native-op takes contiguous x only: leave it out of --variants with --layout permuted")
     assert native.ensure() is not None, f"the native path is unavailable: {native.state()}"
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]

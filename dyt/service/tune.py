@@ -5,17 +5,24 @@ timing anything. `python -m dyt tune [--out PATH] [--budget-s S] [--buckets 16bi
 `python -m dyt tune --channels-first` times the channels_first fields instead (dyt.planner.CHANNELS_FIRST:
 the tiles of contiguous (N, C, H, W) rows) at ConvNeXt's stage shapes, one choice per class of spatial
 size, and writes them into the widest 16-bit entries, which those rows' widths (C x H x W) reach.
+
+`python -m dyt tune --poly` keeps every tile and chooses each entry's "poly" (dyt.planner.POLY_TERMS: tanh's
+polynomial, 5 or 3 terms) by timing the two in interleaved rounds: the entry's own tile at its bandwidth
+shape, and the channels_first choices at their CF_SHAPES.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import pathlib
+import statistics
 import time
 
 from dyt import planner
+from dyt.service.bench import BANDWIDTH_ELEMENTS
 from dyt.service.env import git_sha
 
 # 768 (a common model width) has its own bucket: it runs as 3 x 256 column blocks (dyt.planner.tile_shape).
@@ -71,16 +78,21 @@ CF_CANDIDATES = {
         {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 16, "num_warps": 2, "num_stages": 4},
         {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 16, "num_warps": 2, "num_stages": 4},
         {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 2, "num_stages": 4},
+        # the 3-term polynomial (dyt.planner.POLY_TERMS) on the tiles above that the sweep chose
+        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 2, "num_stages": 4, "poly": 3},
+        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_warps": 2, "num_stages": 4, "poly": 3},
+        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6, "num_stages": 4, "poly": 3},
     ],
 }
 
 
 def candidate_name(fields: dict) -> str:
-    """A channels_first candidate as BLOCK_MxBLOCK_N[wWARPS][_pPROGRAMS][_sSTAGES] ("entry": {})."""
+    """A channels_first candidate as BLOCK_MxBLOCK_N[wWARPS][_pPROGRAMS][_sSTAGES][_polyTERMS] ("entry":
+    {})."""
     if not fields:
         return "entry"
     name = f"{fields['BLOCK_M']}x{fields['BLOCK_N']}"
-    for key, tag in (("num_warps", "w"), ("programs_per_sm", "_p"), ("num_stages", "_s")):
+    for key, tag in (("num_warps", "w"), ("programs_per_sm", "_p"), ("num_stages", "_s"), ("poly", "_poly")):
         if key in fields:
             name += f"{tag}{fields[key]}"
     return name
@@ -157,6 +169,89 @@ def _time_channels_first(table: dict, mode: str, fields: dict, shape) -> float:
             return float("inf")
 
 
+# `--poly`: the 3-term polynomial costs ~1.2 float32 ulps more near 0, so it is chosen only where the
+# geometric mean over the timed sizes of its time ratio (medians of POLY_ROUNDS interleaved rounds) is
+# below 1 - POLY_MARGIN. Rows are timed at two sizes: the bandwidth shape (DRAM-bound, where two FFMA per
+# element rarely show) and POLY_L2_ELEMENTS, the size of a model's norm input (ViT-S/16 at batch 64:
+# 64 x 197 x 384), which stays in the L2 cache between graph replays and is bound by issue.
+POLY_ROUNDS = 5
+POLY_MARGIN = 0.01
+POLY_L2_ELEMENTS = 2**22
+
+
+def poly_choice(timers, rounds: int = POLY_ROUNDS, margin: float = POLY_MARGIN) -> tuple[int, list[float]]:
+    """(3 or 5, each timer's median time ratio 3 terms / 5 terms): each timer(terms) -> ms is timed with
+    both in interleaved rounds; 3 where the geometric mean of the ratios is below 1 - margin."""
+    ratios = []
+    for timer in timers:
+        times = {terms: [] for terms in planner.POLY_TERMS}
+        for _ in range(rounds):
+            for terms in planner.POLY_TERMS:
+                times[terms].append(timer(terms))
+        ratios.append(statistics.median(times[3]) / statistics.median(times[5]))
+    return (3 if statistics.geometric_mean(ratios) < 1 - margin else 5), ratios
+
+
+def with_poly_field(fields: dict, terms: int, inherited: int = planner.POLY_TERMS[0]) -> dict:
+    """fields running `terms` polynomial terms: no "poly" field where that is what they inherit (an entry:
+    the default; a variant tile: its entry's), else the field."""
+    out = {k: v for k, v in fields.items() if k != "poly"}
+    return out if terms == inherited else {**out, "poly": terms}
+
+
+def _said(ratios: list[float]) -> str:
+    return "(time with 3 terms / 5: " + ", ".join(f"{r:.3f}" for r in ratios) + ")"
+
+
+def _entry_timers(time_entry, mode: str, bucket: str, own: dict) -> list:
+    def timer(terms, elements):
+        return time_entry(mode, bucket, {**own, "poly": terms}, elements)
+
+    return [functools.partial(timer, elements=n) for n in (BANDWIDTH_ELEMENTS, POLY_L2_ELEMENTS)]
+
+
+def _cf_timer(time_cf, mode: str, fields: dict, shapes: list):
+    def timer(terms):
+        return sum(time_cf(mode, {**fields, "poly": terms}, shape) for shape in shapes)
+
+    return timer
+
+
+def tune_poly(table: dict, time_entry, time_cf, modes=("fwd", "bwd"), buckets=("16bit", "fp32")) -> dict:
+    """A copy of table with the "poly" of each entry of these modes and buckets chosen by poly_choice, as
+    time_entry(mode, bucket, entry, elements) times an entry's own tile on rows of its max_width (16384 for
+    the last) at the bandwidth shape and at POLY_L2_ELEMENTS, and of the widest 16-bit entries'
+    channels_first choices, as time_cf(mode, fields, shape) times them summed over their class of
+    CF_SHAPES. An entry's fp32_params and folded tiles keep the polynomial they ran before."""
+    table = copy.deepcopy(table)
+    for mode in modes:
+        for bucket in buckets:
+            entries = table[mode][bucket]
+            for i, entry in enumerate(entries):
+                before = entry.get("poly", planner.POLY_TERMS[0])
+                own = {k: v for k, v in entry.items() if k not in planner.VARIANTS}
+                terms, ratios = poly_choice(_entry_timers(time_entry, mode, bucket, own))
+                print(f"poly {mode} {bucket} width<={entry['max_width']}: {terms} terms {_said(ratios)}")
+                variants = {k: entry[k] for k in planner.VARIANTS if k in entry}
+                for field in (planner.FP32_PARAMS, planner.FOLDED):
+                    if field in variants:
+                        ran = variants[field].get("poly", before)
+                        variants[field] = with_poly_field(variants[field], ran, inherited=terms)
+                entries[i] = {**with_poly_field(own, terms), **variants}
+        widest = table[mode]["16bit"][-1]
+        if "16bit" not in buckets or planner.CHANNELS_FIRST not in widest:
+            continue
+        inherited = widest.get("poly", planner.POLY_TERMS[0])
+        choices = []
+        for max_span, shapes in CF_SHAPES.items():
+            fields = planner.channels_first_variant(widest, shapes[0][2] * shapes[0][3])
+            terms, ratios = poly_choice([_cf_timer(time_cf, mode, fields, shapes)])
+            print(f"poly {mode} channels_first L<={max_span}: {terms} terms {_said(ratios)}")
+            choices.append((max_span, with_poly_field(fields, terms, inherited)))
+        widest[planner.CHANNELS_FIRST] = channels_first_field(choices)
+    return table
+
+
 def candidates(mode: str, width: int) -> list[dict]:
     widest = planner.next_pow2(width)  # a wider block would shrink to this one: the same candidate again
     block_ns = [widest] if width < WIDE_FROM[mode] else [b for b in WIDE_BLOCK_N[mode] if b <= widest]
@@ -202,6 +297,26 @@ def _time(mode, entry, bucket, x, dy, alpha, gamma, beta):
             return float("inf")
 
 
+_ROWS_INPUTS: dict = {}
+
+
+def _time_rows(mode: str, bucket: str, entry: dict, elements: int) -> float:
+    """_time of this entry on `elements` elements in rows of its max_width (16384 for the last), the
+    inputs of the last shape kept for the next call (poly_choice times one entry ten times a shape)."""
+    import torch
+
+    width = entry["max_width"] or 16384
+    key = (bucket, width, elements)
+    if key not in _ROWS_INPUTS:
+        _ROWS_INPUTS.clear()
+        dtype = getattr(torch, BUCKET_DTYPES[bucket])
+        x = torch.randn(elements // width, width, device="cuda", dtype=dtype)
+        params = [torch.full((1,), 0.5, device="cuda", dtype=dtype)]
+        params += [torch.randn(width, device="cuda", dtype=dtype) for _ in range(2)]
+        _ROWS_INPUTS[key] = (x, torch.randn_like(x), *params)
+    return _time(mode, {**entry, "max_width": None}, bucket, *_ROWS_INPUTS[key])
+
+
 def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str], widths=None) -> dict:
     """Tunes the width buckets named in widths (max_width values; None: all) and keeps the others."""
     import torch
@@ -221,7 +336,7 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
             entries = []
             for max_width in WIDTH_BUCKETS:
                 width = max_width or 16384
-                rows = 2**26 // width
+                rows = BANDWIDTH_ELEMENTS // width
                 current = planner.table_entry(table, mode, 2 if bucket == "16bit" else 4, width)
                 skipped = widths is not None and width not in widths
                 if skipped or time.time() - start > budget_s:
@@ -260,10 +375,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="retune the widest 16-bit entries' channels_first fields (in --modes), not the rows' tiles",
     )
+    parser.add_argument(
+        "--poly",
+        action="store_true",
+        help="keep every tile and choose the entries' tanh polynomial (in --modes and --buckets) by timing",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.modes.split(",")) - {"fwd", "bwd"}
     if unknown:
         parser.error(f"--modes takes fwd and/or bwd, got {', '.join(sorted(unknown))}")
+    if args.poly and args.channels_first:
+        parser.error("--poly chooses the channels_first fields' polynomial too: give one of the two")
     import torch
 
     if not torch.cuda.is_available():
@@ -273,6 +395,13 @@ def main(argv: list[str] | None = None) -> int:
 
     arch = launcher.target_of(torch.device("cuda")).arch
     out = args.out or planner.TABLES / f"{arch}.json"
+    if args.poly:
+        committed = planner.load_table(arch)
+        cf_timer = lambda *a: _time_channels_first(committed, *a)  # noqa: E731
+        table = tune_poly(committed, _time_rows, cf_timer, args.modes.split(","), args.buckets.split(","))
+        out.write_text(json.dumps(table, indent=1) + "\n")
+        print(f"wrote {out}")
+        return 0
     if args.channels_first:
         committed = planner.load_table(arch)
         timer = lambda *a: _time_channels_first(committed, *a)  # noqa: E731
