@@ -399,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         committed = planner.load_table(arch)
         cf_timer = lambda *a: _time_channels_first(committed, *a)  # noqa: E731
         table = tune_poly(committed, _time_rows, cf_timer, args.modes.split(","), args.buckets.split(","))
+        where = f"{torch.cuda.get_device_name()} at {git_sha()[:7]}"
+        table["note"] = f"{committed['note']}; poly ({args.modes}) by `python -m dyt tune --poly` on {where}"
         out.write_text(json.dumps(table, indent=1) + "\n")
         print(f"wrote {out}")
         return 0
