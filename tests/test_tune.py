@@ -45,9 +45,11 @@ def test_a_retune_keeps_the_hand_set_fields_of_the_entry_it_replaces():
     table = planner.load_table("sm90")
     best = tune.candidates("bwd", 1024)[0]
     current = planner.table_entry(table, "bwd", 2, 1024)
-    assert current["copies_as_rows"] == 4
-    entry = tune.tuned_entry(best, current, 1024, 0.1)
-    assert entry == {**best, "copies_as_rows": 4, "max_width": 1024, "median_us": 100.0}
+    assert current["copies_as_rows"] == 4 and current["poly"] == 3
+    entry = tune.tuned_entry(best, current, 1024, 0.1, "bwd")
+    assert entry == {**best, "copies_as_rows": 4, "poly": 3, "max_width": 1024, "median_us": 100.0}
+    # the backward's poly is `tune --poly`'s (its candidates leave it out); the forward's candidates try both
+    assert "poly" not in tune.tuned_entry(best, current, 1024, 0.1, "fwd")
     wider = tune.tuned_entry(best, planner.table_entry(table, "bwd", 2, 2048), 2048, 0.1)
     assert "copies_as_rows" not in wider
     # fp32_params (the forward's tile for float32 parameters on 16-bit x) is timed by no retune either
@@ -66,15 +68,20 @@ def test_a_retune_keeps_the_hand_set_fields_of_the_entry_it_replaces():
 
 
 def test_every_committed_entry_is_one_the_tuner_tries():
-    """The sm90 table is data the tuner can write again: each entry (hand-set fields aside) is among its
-    width bucket's candidates, so a retune can keep it (a hand-made choice widens the search first). The
-    default table is hand-written for GPUs nobody tuned, in fewer fields."""
+    """The sm90 table is data the tuner can write again: each entry (hand-set fields and the backward's
+    poly aside) is among its width bucket's candidates, so a retune can keep it (a hand-made choice widens
+    the search first). The default table is hand-written for GPUs nobody tuned, in fewer fields."""
     arch = "sm90"
     table = planner.load_table(arch)
     for mode in ("fwd", "bwd"):
         for bucket, entries in table[mode].items():
             for entry in entries:
-                not_knobs = ("max_width", "median_us", *tune.HAND_SET)
+                not_knobs = (
+                    "max_width",
+                    "median_us",
+                    *tune.HAND_SET,
+                    *(tune.BWD_KEPT if mode == "bwd" else ()),
+                )
                 knobs = {k: v for k, v in entry.items() if k not in not_knobs}
                 tried = [{k: v for k, v in c.items() if k not in not_knobs}
                          for c in tune.candidates(mode, entry["max_width"] or 16384)]  # fmt: skip

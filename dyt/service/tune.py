@@ -49,6 +49,9 @@ ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.k
 # (dyt.planner.CHANNELS_FIRST; tools/channels_first_bench.py --sweep); timing the bucket's own width in one
 # dtype sees none.
 HAND_SET = ("copies_as_rows", planner.FP32_PARAMS, planner.FOLDED, planner.CHANNELS_FIRST)
+# The backward's candidates leave the polynomial out (`--poly` chooses it at two sizes): a backward retune
+# keeps each bucket's "poly" too.
+BWD_KEPT = ("poly",)
 
 
 # Channels-first: the classes of spatial size L = H x W (a variant's "max_span"; None: any larger) and
@@ -272,9 +275,11 @@ def candidates(mode: str, width: int) -> list[dict]:
     return out
 
 
-def tuned_entry(best: dict, current: dict, max_width: int | None, ms: float) -> dict:
-    """The bucket's new entry: the fastest candidate, with the HAND_SET fields of the entry it replaces."""
-    kept = {k: current[k] for k in HAND_SET if k in current and current["max_width"] == max_width}
+def tuned_entry(best: dict, current: dict, max_width: int | None, ms: float, mode: str = "fwd") -> dict:
+    """The bucket's new entry: the fastest candidate, with the HAND_SET fields of the entry it replaces
+    (the backward's: BWD_KEPT too)."""
+    fields = HAND_SET + (BWD_KEPT if mode == "bwd" else ())
+    kept = {k: current[k] for k in fields if k in current and current["max_width"] == max_width}
     return {**best, **kept, "max_width": max_width, "median_us": round(ms * 1e3, 2)}
 
 
@@ -355,7 +360,7 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
                 moved = (2 if mode == "fwd" else 3) * x.numel() * x.element_size()
                 gbps = moved / ms / 1e6
                 print(f"{mode} {bucket} width<={max_width}: {ms * 1e3:.1f} us {gbps:.0f} GB/s {best}")
-                entries.append(tuned_entry(best, current, max_width, ms))
+                entries.append(tuned_entry(best, current, max_width, ms, mode))
                 del x, dy
             table[mode][bucket] = entries
     out.write_text(json.dumps(table, indent=1) + "\n")
