@@ -477,47 +477,32 @@ def test_both_forward_sign_forms_give_the_same_bits(path, dtype, seed):
 
 @pytest.mark.parametrize("terms", planner.POLY_TERMS)
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
-def test_both_forward_polynomials_meet_the_contract(terms, dtype, seed):
-    """The table picks per entry tanh's polynomial near 0 (5 terms below |z| = 0.6, or 3 below 0.4): each,
-    everywhere, against the reference with |alpha x| spread over [0, 1.5], where the polynomial hands over
-    to 1 - 2 / (exp(2|z|) + 1), through folded (64), whole (1024) and split (768) rows."""
+@pytest.mark.parametrize("mode", ["fwd", "bwd"])
+def test_both_polynomials_meet_the_contract(mode, terms, dtype, seed):
+    """The table picks per entry and direction tanh's polynomial near 0 (5 terms below |z| = 0.6, or 3 below
+    0.4): each, everywhere, against the reference with |alpha x| spread over [0, 1.5], across the limit
+    where the polynomial hands over to 1 - 2 / (exp(2|z|) + 1) (the backward: 1 - h sech(z)), through
+    folded (64), whole (1024) and split (768) rows (channels-first rows: tests/test_channels_first.py)."""
     dt = DTYPES[dtype]
-    table = with_poly(planner.load_table(target().arch), terms)
+    table = with_poly(planner.load_table(target().arch), terms, modes=(mode,))
     for rows, width in ((48, 64), (9, 1024), (7, 768)):
         inp = make_inputs((rows, width), dt, seed=seed, alpha=0.75)
         gen = torch.Generator().manual_seed(seed)
         x = (torch.rand(rows, width, generator=gen) * 4 - 2).to(dt).to(inp.x.device)
         inp.x = x.requires_grad_()
         with launcher.overrides(table=table):
-            assert plans_for((rows, width), dt)[0].poly_terms == terms
-            check_against_reference(inp, run(inp), label=f"poly {terms}: ")
+            assert plans_for((rows, width), dt)[mode == "bwd"].poly_terms == terms
+            check_against_reference(inp, run(inp), label=f"{mode} poly {terms}: ")
 
 
-@pytest.mark.parametrize("terms", planner.POLY_TERMS)
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_both_backward_polynomials_meet_the_contract(terms, dtype, seed):
-    """A backward entry's "poly" likewise: dx and the parameter gradients against the reference with
-    |alpha x| spread over [0, 1.5], across both limits (0.4 and 0.6) where the polynomial hands tanh over to
-    1 - h sech(z), through folded (64), whole (1024) and split (768) rows (channels-first rows:
-    tests/test_channels_first.py)."""
-    dt = DTYPES[dtype]
-    table = with_poly(planner.load_table(target().arch), terms, modes=("bwd",))
-    for rows, width in ((48, 64), (9, 1024), (7, 768)):
-        inp = make_inputs((rows, width), dt, seed=seed, alpha=0.75)
-        gen = torch.Generator().manual_seed(seed)
-        x = (torch.rand(rows, width, generator=gen) * 4 - 2).to(dt).to(inp.x.device)
-        inp.x = x.requires_grad_()
-        with launcher.overrides(table=table):
-            assert plans_for((rows, width), dt)[1].poly_terms == terms
-            check_against_reference(inp, run(inp), label=f"poly {terms}: ")
-
-
-def test_a_backward_entrys_poly_must_be_known():
+@pytest.mark.parametrize(("mode", "name"), [("fwd", "forward"), ("bwd", "backward")])
+def test_an_entrys_poly_must_be_known(mode, name):
     table = copy.deepcopy(planner.load_table("sm90"))
-    for entry in table["bwd"]["16bit"]:
+    for entry in table[mode]["16bit"]:
         entry["poly"] = 4
-    with launcher.overrides(table=table), pytest.raises(ValueError, match="backward entry's poly must"):
-        planner.plan_backward(4096, 64, 2, target=SM90, overrides=launcher.current_overrides())
+    plan = planner.plan_forward if mode == "fwd" else planner.plan_backward
+    with launcher.overrides(table=table), pytest.raises(ValueError, match=f"a {name} entry's poly must"):
+        plan(4096, 64, 2, target=SM90, overrides=launcher.current_overrides())
 
 
 @pytest.mark.parametrize("terms", planner.POLY_TERMS)
@@ -533,14 +518,6 @@ def test_each_forward_polynomial_stays_within_four_float32_ulps(terms):
     ref = torch.tanh(x.double())
     worst = float(((y.double() - ref).abs() / ulp(ref, torch.float32)).max())
     assert worst <= 4.0, f"poly {terms}: {worst:.2f} float32 ulps"
-
-
-def test_a_forward_entrys_poly_must_be_known():
-    table = copy.deepcopy(planner.load_table("sm90"))
-    for entry in table["fwd"]["16bit"]:
-        entry["poly"] = 4
-    with launcher.overrides(table=table), pytest.raises(ValueError, match="poly must be one of"):
-        planner.plan_forward(4096, 64, 2, target=SM90, overrides=launcher.current_overrides())
 
 
 def test_launch_call_sites_pass_their_constants_last(monkeypatch, seed, python_path):
