@@ -31,7 +31,7 @@ from helpers import (
     with_poly,
 )
 from paths import PATHS, assert_path, path_context
-from tolerances import HW_TANH, MANTISSA_BITS, REL_L2, assert_close, ulp
+from tolerances import EVAL_ULPS, HW_TANH, MANTISSA_BITS, REL_L2, assert_close, ulp
 
 pytestmark = pytest.mark.reference_equivalence
 
@@ -589,6 +589,11 @@ def test_direct_launches_give_the_jit_launches_bits(dtype, offset, seed):
         assert torch.equal(_bits(a), _bits(b)), f"{name}: the direct launch's bits differ from the JIT's"
 
 
+def _rel_l2(got: torch.Tensor, ref: torch.Tensor) -> float:
+    ref = ref.detach()
+    return float(torch.linalg.vector_norm(got.detach().double() - ref) / torch.linalg.vector_norm(ref))
+
+
 def _penalty(fn, leaves, w):
     """First-order gradients of (fn(*leaves) * w).sum() with create_graph=True, and the gradients of
     their squared sum (a gradient penalty: second order; beta's is zero, no gradient depends on it)."""
@@ -603,7 +608,9 @@ def test_gradients_of_gradients_match_the_float64_reference(channels_first, beta
     """create_graph=True gives gradients that autograd differentiates again: a backward that builds a
     graph runs torch_path.differentiable_backward (the kernels' gradients are not differentiable). First
     and second order against float64 autograd of the paper's expression, at the suites' relative L2
-    tolerances (the parameter one for every second-order gradient)."""
+    tolerances: first order by tests/tolerances.py's rule; second order at the parameter one, plus
+    EVAL_ULPS times the error of the paper's expression evaluated in float32 autograd (where a gradient
+    cancels, float32 arithmetic itself cannot deliver 1e-5)."""
     gen = torch.Generator().manual_seed(seed)
     shape, C = ((3, 8, 4, 5), 8) if channels_first else ((6, 5, 32), 32)
     fp32 = [
@@ -628,6 +635,7 @@ def test_gradients_of_gradients_match_the_float64_reference(channels_first, beta
 
     got = _penalty(ours, leaves, w.to(device()))
     ref = _penalty(paper, leaves64, w.to(device(), torch.float64))
+    in_float32 = _penalty(paper, [t.to(device()).requires_grad_() for t in fp32], w.to(device()))[1]
     # the first-order parameter gradients are sums: the suites' float32 rule (tests/tolerances.py) allows
     # for their terms' rounding (their root sum of squares), which cancellation can leave large beside
     # the sum itself
@@ -645,6 +653,10 @@ def test_gradients_of_gradients_match_the_float64_reference(channels_first, beta
                 assert_close(f"first order {name}", g.detach(), r.detach(), kind="param",
                              storage=torch.float32, scale=scale, rss=rss)  # fmt: skip
                 continue
+
             kind = "out" if (order, name) == ("first", "dx") else "param"
-            err = torch.linalg.vector_norm(g.double() - r) / torch.linalg.vector_norm(r)
-            assert err <= REL_L2[kind], f"{order} order {name}: relative L2 error {err:.2e}"
+            limit = REL_L2[kind]
+            if order == "second":
+                limit += EVAL_ULPS * _rel_l2(in_float32[names.index(name)], r)
+            err = _rel_l2(g, r)
+            assert err <= limit, f"{order} order {name}: relative L2 error {err:.2e} > {limit:.2e}"
