@@ -166,7 +166,6 @@ class BwdPlan(TilePlan):
     finish_rows: int  # rows of the (finish_rows, partial_width) float32 partial buffers
     n_dalpha_partials: int  # float64 partials of dalpha: one per run of each program
     channel_slots: int  # channels-first rows: per-channel sums each column block writes (else 0)
-    slot_by_slot: bool  # channels-first rows: the slots added one at a time (SLOT_SUMS "by_slot")
     main: KernelLaunch
     finish: KernelLaunch
 
@@ -232,8 +231,8 @@ FP32_PARAMS = "fp32_params"
 # that width, see fold_factor) from min_elements on. fp32_params comes first where both apply.
 FOLDED = "folded"
 # A forward or backward entry's "channels_first": likewise, the tile (backward: and programs_per_sm,
-# row_order, num_stages, slot_sums) of channels-first rows (a plan's channel_span), ahead of the other
-# variants; a list of such fields, each up to its "max_span" (null: any), chooses by the spatial size.
+# row_order, num_stages) of channels-first rows (a plan's channel_span), ahead of the other variants; a
+# list of such fields, each up to its "max_span" (null: any), chooses by the spatial size.
 CHANNELS_FIRST = "channels_first"
 VARIANTS = (FP32_PARAMS, FOLDED, CHANNELS_FIRST)
 
@@ -498,12 +497,6 @@ CF_SLOT_TILE = 4096
 CF_MIN_BLOCK_N = 16
 
 
-# A backward channels_first tile's "slot_sums": how a column block adds its column sums per channel after
-# its loop (dyt.kernels._store_run_partials): in one (CHANNEL_SLOTS, BLOCK_N) select, or slot by slot
-# (fewer registers at small tiles: docs/kernels.md, "Channels-first").
-SLOT_SUMS = ("select", "by_slot")
-
-
 def channel_slots(block_n: int, span: int) -> int:
     """Slots for the channels that block_n consecutive columns of span-wide channels can touch."""
     return next_pow2((block_n - 1) // span + 2)
@@ -537,12 +530,6 @@ def _plan_backward_view(
         entry = _channels_first_entry(entry, span)
     tile = tile_shape(entry, N)
     slots = channel_slots(tile[1], span) if span else 0
-    slot_sums = entry.get("slot_sums", SLOT_SUMS[0])
-    if slot_sums not in SLOT_SUMS:
-        raise ValueError(
-            f"launch table: a backward entry's slot_sums must be one of {SLOT_SUMS}, got {slot_sums!r}"
-        )
-    slot_by_slot = bool(span) and slot_sums == "by_slot"
     partial_width = tile[2] * slots if span else N
     n_tiles = max(1, cdiv(M, tile[0]))
     # Each row group writes and the finish kernel reads 2 x partial_width float32 partials: cap the groups
@@ -592,7 +579,6 @@ def _plan_backward_view(
             ("GAMMA_SPAN", span),
             ("CHANNEL_SLOTS", slots),
             ("POLY_TERMS", fields["poly_terms"]),
-            ("SLOT_BY_SLOT", slot_by_slot),
         ),  # fmt: skip
         num_warps=entry["num_warps"],
         pdl=False,  # onto an idle GPU: its persistent grid relies on an even spread of programs over SMs
@@ -638,7 +624,6 @@ def _plan_backward_view(
         finish_rows=finish_rows,
         n_dalpha_partials=n_dalpha_partials,
         channel_slots=slots,
-        slot_by_slot=slot_by_slot,
         main=main,
         finish=finish,
     )

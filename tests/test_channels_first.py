@@ -10,7 +10,6 @@ padded tiles, the dtype contract, bitwise repeats and batch invariance, the laun
 
 from __future__ import annotations
 
-import copy
 import math
 
 import pytest
@@ -368,43 +367,3 @@ def test_channels_first_variants_choose_by_spatial_size():
         plan = planner.plan_backward(64, C * L, 2, channel_span=L, target=SM90)
         tile = (chosen.get("BLOCK_M", entry["BLOCK_M"]), chosen.get("BLOCK_N", entry["BLOCK_N"]))
         assert plan.BLOCK_M * plan.BLOCK_N == tile[0] * tile[1] and plan.BLOCK_N <= tile[1], (plan, tile)
-
-
-def _with_slot_sums(table: dict, how: str) -> dict:
-    """A copy of table whose backward entries and channels_first tiles all add their slots `how` (an
-    entry's field reaches the channels-first rows its tiles do not cover)."""
-    table = copy.deepcopy(table)
-    for entries in table["bwd"].values():
-        for entry in entries:
-            entry["slot_sums"] = how
-            variant = entry.get(planner.CHANNELS_FIRST)
-            for tile in [variant] if isinstance(variant, dict) else variant or []:
-                tile["slot_sums"] = how
-    return table
-
-
-@needs_kernels
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_slots_added_one_at_a_time_give_the_reference(dtype, seed):
-    """A channels_first tile's "slot_sums": "by_slot" (each slot a masked sum of the column sums) against
-    the reference at spatial sizes in each of the sm90 backward ranges, with a block whose last slots hold
-    no channel (L = 49: 8 slots, 256-wide blocks)."""
-    table = _with_slot_sums(planner.load_table("sm90"), "by_slot")
-    for shape in SM90_WIDE:
-        x, dy, cl = _inputs(shape, DTYPES[dtype], seed=seed, param_dtype=torch.float32)
-        with launcher.overrides(table=table):
-            plan = launcher.backward_plan(x.detach(), dy, channels_first=True)
-            assert plan.slot_by_slot and plan.channel_slots > 1, plan
-            assert dict(plan.main.constexprs)["SLOT_BY_SLOT"] is True
-            check_against_reference(cl, _run(x, dy, cl))
-
-
-def test_slot_sums_apply_to_channels_first_rows_only_and_must_be_known():
-    table = _with_slot_sums(planner.load_table("sm90"), "by_slot")
-    over = planner.Overrides(table=table)
-    assert planner.plan_backward(256, 768 * 49, 2, channel_span=49, target=SM90, overrides=over).slot_by_slot
-    assert not planner.plan_backward(256, 768 * 49, 2, target=SM90, overrides=over).slot_by_slot
-    assert not planner.plan_backward(256, 768 * 49, 2, channel_span=49, target=SM90).slot_by_slot
-    with pytest.raises(ValueError, match="slot_sums must be one of"):
-        bad = planner.Overrides(table=_with_slot_sums(planner.load_table("sm90"), "scan"))
-        planner.plan_backward(256, 768 * 49, 2, channel_span=49, target=SM90, overrides=bad)

@@ -59,7 +59,6 @@ BWD_KEPT = ("poly",)
 CF_SHAPES = {64: [(256, 768, 7, 7)], 256: [(64, 384, 14, 14)], None: [(64, 96, 56, 56), (64, 192, 28, 28)]}
 # The candidate fields ({}: the entry's own tile). The backward's BLOCK_N is cut further by the slot rule
 # (dyt.planner.CF_SLOT_TILE); 1 x 1024 takes 80 registers on 4 warps, so 6 programs fill an SM.
-_BY_SLOT = {"BLOCK_M": 1, "BLOCK_N": 256, "num_warps": 2, "num_stages": 4, "slot_sums": "by_slot"}
 CF_CANDIDATES = {
     "fwd": [
         {},
@@ -86,25 +85,19 @@ CF_CANDIDATES = {
         {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 2, "num_stages": 4, "poly": 3},
         {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_warps": 2, "num_stages": 4, "poly": 3},
         {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6, "num_stages": 4, "poly": 3},
-        # the slots added one at a time (dyt.planner.SLOT_SUMS): fewer registers, so more programs fit an SM
-        {**_BY_SLOT, "programs_per_sm": 16},
-        {**_BY_SLOT, "programs_per_sm": 24},
-        {**_BY_SLOT, "programs_per_sm": 32},
     ],
 }
 
 
 def candidate_name(fields: dict) -> str:
-    """A channels_first candidate as BLOCK_MxBLOCK_N[wWARPS][_pPROGRAMS][_sSTAGES][_polyTERMS][_by_slot]
-    ("entry": {})."""
+    """A channels_first candidate as BLOCK_MxBLOCK_N[wWARPS][_pPROGRAMS][_sSTAGES][_polyTERMS] ("entry":
+    {})."""
     if not fields:
         return "entry"
     name = f"{fields['BLOCK_M']}x{fields['BLOCK_N']}"
     for key, tag in (("num_warps", "w"), ("programs_per_sm", "_p"), ("num_stages", "_s"), ("poly", "_poly")):
         if key in fields:
             name += f"{tag}{fields[key]}"
-    if fields.get("slot_sums", planner.SLOT_SUMS[0]) != planner.SLOT_SUMS[0]:
-        name += f"_{fields['slot_sums']}"
     return name
 
 
