@@ -7,8 +7,9 @@ the tiles of contiguous (N, C, H, W) rows) at ConvNeXt's stage shapes, one choic
 size, and writes them into the widest 16-bit entries, which those rows' widths (C x H x W) reach.
 
 `python -m dyt tune --poly` keeps every tile and chooses each entry's "poly" (dyt.planner.POLY_TERMS: tanh's
-polynomial, 5 or 3 terms) by timing the two in interleaved rounds: the entry's own tile at its bandwidth
-shape, and the channels_first choices at their CF_SHAPES.
+polynomial, 5 or 3 terms) by timing the two in interleaved rounds: the entry's own tile on rows of its width
+at the bandwidth shape and at an L2-resident size (POLY_L2_ELEMENTS), and the channels_first choices at
+their CF_SHAPES.
 """
 
 from __future__ import annotations
