@@ -203,7 +203,9 @@ def dtype_bucket(itemsize: int) -> str:
 
 @functools.cache
 def load_table(arch: str) -> dict:
-    """The committed table for an architecture ('sm90', ...), else the default one."""
+    """The committed table for an architecture ('sm90', ...), else the default one: one dict per process,
+    shared by every plan, so a caller that changes a table changes a copy (copy.deepcopy; tests/conftest.py
+    fails a test that changes this one)."""
     path = TABLES / f"{arch}.json"
     if not path.exists():
         path = TABLES / "default.json"
