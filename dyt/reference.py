@@ -76,12 +76,18 @@ def evaluation_scales(dy, x, alpha, gamma, beta=None) -> dict[str, tuple]:
     return scales
 
 
+NONZERO = 2.0**-14  # what random_inputs draws in place of a 0: a normal number in float16 too
+
+
 def random_inputs(shape, dtype, *, seed: int, param_dtype=None, beta: bool = True, alpha: float | None = None,
                   x_scale: float = 1.0, device="cpu") -> dict[str, torch.Tensor | None]:  # fmt: skip
     """Fresh random inputs of DyT, never zeros, the same for the suites and the bench: x and dy ~ N(0, 1)
     (x times x_scale) in dtype, gamma ~ 1 + N(0, 1/4) and beta ~ N(0, 1) of shape (C,) and alpha ~
     U(0.3, 1.2) (unless given) of shape (1,) in param_dtype (default: dtype); drawn in float32 on device
-    from a generator seeded with seed, then rounded. Keys x, alpha, gamma, beta (None without beta), dy."""
+    from a generator seeded with seed, then rounded. Keys x, alpha, gamma, beta (None without beta), dy.
+
+    No element is 0: a draw that is, or rounds to, 0 becomes NONZERO (an x of 0 with an infinite alpha
+    makes tanh(inf * 0) = NaN in a real element, which the padding suites would take for leaked padding)."""
     device = torch.device(device)
     param_dtype = param_dtype or dtype
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -90,14 +96,18 @@ def random_inputs(shape, dtype, *, seed: int, param_dtype=None, beta: bool = Tru
     def randn(*s):
         return torch.randn(*s, generator=gen, device=device, dtype=torch.float32)
 
+    def nonzero(t: torch.Tensor, to: torch.dtype) -> torch.Tensor:
+        t = t.to(to)
+        return t.masked_fill_(t == 0, NONZERO)
+
     x = randn(*shape)
     if x_scale != 1.0:
         x *= x_scale
     a = torch.rand(1, generator=gen, device=device) * 0.9 + 0.3 if alpha is None else None
     return {
-        "x": x.to(dtype),
+        "x": nonzero(x, dtype),
         "alpha": (a if a is not None else torch.full((1,), float(alpha), device=device)).to(param_dtype),
-        "gamma": (1.0 + 0.5 * randn(C)).to(param_dtype),
-        "beta": randn(C).to(param_dtype) if beta else None,
-        "dy": randn(*shape).to(dtype),
+        "gamma": nonzero(1.0 + 0.5 * randn(C), param_dtype),
+        "beta": nonzero(randn(C), param_dtype) if beta else None,
+        "dy": nonzero(randn(*shape), dtype),
     }

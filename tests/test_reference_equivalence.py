@@ -660,3 +660,15 @@ def test_gradients_of_gradients_match_the_float64_reference(channels_first, beta
                 limit += EVAL_ULPS * _rel_l2(in_float32[names.index(name)], r)
             err = _rel_l2(g, r)
             assert err <= limit, f"{order} order {name}: relative L2 error {err:.2e} > {limit:.2e}"
+
+
+def test_random_inputs_hold_no_zero():
+    """The suites' inputs hold no 0 (dyt.reference.random_inputs): with an infinite alpha an x of 0 is a
+    real element whose tanh(inf * 0) is NaN, which the padding suites would take for leaked padding. This
+    seed's float32 draw on the CPU holds an exact 0 at [59, 50], and float16 rounds tiny draws to 0."""
+    drawn = reference.random_inputs((97, 200), torch.float32, seed=217843976, alpha=float("inf"))
+    plain = torch.randn(97, 200, generator=torch.Generator().manual_seed(217843976))
+    assert plain[59, 50] == 0 and drawn["x"][59, 50] == reference.NONZERO
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        drawn = reference.random_inputs((64, 4096), dtype, seed=5, x_scale=2.0**-12)
+        assert all(bool((t != 0).all()) for t in drawn.values() if t is not None), dtype
