@@ -348,8 +348,8 @@ def _permuted_case(seed):
 
 
 @pytest.mark.gpu_only
-def test_a_strided_last_dimension_is_copied_once_and_runs_natively(seed, monkeypatch, ext):
-    """x whose last dimension is strided is copied once, the copy the Python path makes too, and the call
+def test_a_strided_last_dimension_is_copied_and_runs_natively(seed, monkeypatch, ext):
+    """x whose last dimension is strided is copied, as the Python path copies it, and the call
     runs on the native path (not through dyt.launcher) with the Python path's bits."""
     _permuted_case(seed)  # fills the caches
     calls = []

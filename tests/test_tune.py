@@ -311,3 +311,16 @@ def test_the_tuner_takes_poly_or_channels_first_not_both(capsys):
     with pytest.raises(SystemExit) as exit_info:
         tune.main(["--poly", "--channels-first"])
     assert exit_info.value.code == 2 and "give one of the two" in capsys.readouterr().err
+
+
+def test_the_poly_note_replaces_the_clause_an_earlier_run_wrote():
+    first = tune.poly_note("Written by tune at abc1234", "bwd", "GPU at def5678")
+    again = tune.poly_note(first, "fwd,bwd", "GPU at 0123456")
+    assert (
+        again == "Written by tune at abc1234; poly (fwd,bwd) by `python -m dyt tune --poly` on GPU at 0123456"
+    )
+    committed = _committed("sm90")["note"]
+    assert (
+        committed.count(tune.POLY_NOTE) == 1
+        and tune.poly_note(committed, "fwd,bwd", "x").count("poly (") == 1
+    )

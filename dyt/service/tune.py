@@ -303,24 +303,37 @@ def _time(mode, entry, bucket, x, dy, alpha, gamma, beta):
             return float("inf")
 
 
+def _rows_inputs(bucket: str, width: int, elements: int) -> tuple:
+    """(x, dy, alpha, gamma, beta) on the GPU in the bucket's dtype: `elements` elements in rows of width."""
+    import torch
+
+    dtype = getattr(torch, BUCKET_DTYPES[bucket])
+    x = torch.randn(elements // width, width, device="cuda", dtype=dtype)
+    params = [torch.full((1,), 0.5, device="cuda", dtype=dtype)]
+    params += [torch.randn(width, device="cuda", dtype=dtype) for _ in range(2)]
+    return (x, torch.randn_like(x), *params)
+
+
 _ROWS_INPUTS: dict = {}
 
 
 def _time_rows(mode: str, bucket: str, entry: dict, elements: int) -> float:
     """_time of this entry on `elements` elements in rows of its max_width (16384 for the last), the
     inputs of the last shape kept for the next call (poly_choice times one entry ten times a shape)."""
-    import torch
-
-    width = entry["max_width"] or 16384
-    key = (bucket, width, elements)
+    key = (bucket, entry["max_width"] or 16384, elements)
     if key not in _ROWS_INPUTS:
         _ROWS_INPUTS.clear()
-        dtype = getattr(torch, BUCKET_DTYPES[bucket])
-        x = torch.randn(elements // width, width, device="cuda", dtype=dtype)
-        params = [torch.full((1,), 0.5, device="cuda", dtype=dtype)]
-        params += [torch.randn(width, device="cuda", dtype=dtype) for _ in range(2)]
-        _ROWS_INPUTS[key] = (x, torch.randn_like(x), *params)
+        _ROWS_INPUTS[key] = _rows_inputs(*key)
     return _time(mode, {**entry, "max_width": None}, bucket, *_ROWS_INPUTS[key])
+
+
+# The table note's clause that `--poly` writes, in place of the one an earlier run wrote.
+POLY_NOTE = "; poly ("
+
+
+def poly_note(note: str, modes: str, where: str) -> str:
+    """note with its `--poly` clause saying which modes' polynomials were chosen, on which GPU and commit."""
+    return f"{note.split(POLY_NOTE)[0]}{POLY_NOTE}{modes}) by `python -m dyt tune --poly` on {where}"
 
 
 def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str], widths=None) -> dict:
@@ -337,32 +350,25 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
     table["note"] = f"Written by `python -m dyt tune` on {gpu} at {sha} (medians of CUDA-graph replays)"
     start = time.time()
     for bucket in buckets:
-        dtype = getattr(torch, BUCKET_DTYPES[bucket])
         for mode in modes:
             entries = []
             for max_width in WIDTH_BUCKETS:
                 width = max_width or 16384
-                rows = BANDWIDTH_ELEMENTS // width
                 current = planner.table_entry(table, mode, 2 if bucket == "16bit" else 4, width)
                 skipped = widths is not None and width not in widths
                 if skipped or time.time() - start > budget_s:
                     print(f"{mode} {bucket} width<={max_width} keeps its current entry")
                     entries.append(current | {"max_width": max_width})
                     continue
-                x = torch.randn(rows, width, device="cuda", dtype=dtype)
-                dy = torch.randn_like(x)
-                alpha = torch.full((1,), 0.5, device="cuda", dtype=dtype)
-                gamma = torch.randn(width, device="cuda", dtype=dtype)
-                beta = torch.randn(width, device="cuda", dtype=dtype)
-                timed = [
-                    (_time(mode, c, bucket, x, dy, alpha, gamma, beta), c) for c in candidates(mode, width)
-                ]
+                inputs = _rows_inputs(bucket, width, BANDWIDTH_ELEMENTS)
+                x = inputs[0]
+                timed = [(_time(mode, c, bucket, *inputs), c) for c in candidates(mode, width)]
                 ms, best = min(timed, key=lambda t: t[0])
                 moved = (2 if mode == "fwd" else 3) * x.numel() * x.element_size()
                 gbps = moved / ms / 1e6
                 print(f"{mode} {bucket} width<={max_width}: {ms * 1e3:.1f} us {gbps:.0f} GB/s {best}")
                 entries.append(tuned_entry(best, current, max_width, ms, mode))
-                del x, dy
+                del inputs, x
             table[mode][bucket] = entries
     out.write_text(json.dumps(table, indent=1) + "\n")
     print(f"wrote {out}")
@@ -405,8 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         committed = planner.load_table(arch)
         cf_timer = lambda *a: _time_channels_first(committed, *a)  # noqa: E731
         table = tune_poly(committed, _time_rows, cf_timer, args.modes.split(","), args.buckets.split(","))
-        where = f"{torch.cuda.get_device_name()} at {git_sha()[:7]}"
-        table["note"] = f"{committed['note']}; poly ({args.modes}) by `python -m dyt tune --poly` on {where}"
+        table["note"] = poly_note(
+            committed["note"], args.modes, f"{torch.cuda.get_device_name()} at {git_sha()[:7]}"
+        )
         out.write_text(json.dumps(table, indent=1) + "\n")
         print(f"wrote {out}")
         return 0
