@@ -173,6 +173,22 @@ def test_the_backward_scratch_holds_each_partial_apart(ext, shapes, has_beta):
     assert regions[0][0] == 0 and regions[-1][1] <= size < regions[-1][1] + 256
 
 
+@pytest.mark.parametrize("has_beta", [True, False], ids=["beta", "nobeta"])
+@pytest.mark.parametrize("nbytes", [(4, 4, 4), (2, 2 * 96, 4 * 96), (8, 4 * 1000, 2 * 1000), (4, 2 * 129, 2)])
+def test_the_parameter_gradients_lie_apart_in_one_block(ext, nbytes, has_beta):
+    """The cached backward's second allocation: dalpha at 0, dgamma and (with beta) dbeta after it, each on
+    a 256-byte boundary, none overlapping another, all inside the block."""
+    dalpha_bytes, dgamma_bytes, dbeta_bytes = nbytes
+    dgamma_at, dbeta_at, size = ext.param_grads_block(dalpha_bytes, dgamma_bytes, dbeta_bytes, has_beta)
+    assert (dbeta_at == -1) == (not has_beta)
+    regions = [(0, dalpha_bytes), (dgamma_at, dgamma_at + dgamma_bytes)]
+    if has_beta:
+        regions.append((dbeta_at, dbeta_at + dbeta_bytes))
+    assert all(start % 256 == 0 for start, _ in regions), regions
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(regions, regions[1:], strict=False)), regions
+    assert regions[-1][1] <= size < regions[-1][1] + 256
+
+
 def _args(x, dtype=torch.float32, beta=True):
     C = x.shape[-1]
     beta = torch.zeros(C, dtype=dtype) if beta else None
@@ -397,9 +413,9 @@ def test_native_forward_allocates_only_y(seed, ext):
 
 @pytest.mark.gpu_only
 @pytest.mark.parametrize("beta", [True, False], ids=["beta", "nobeta"])
-def test_native_backward_allocates_its_outputs_and_one_scratch(beta, seed, ext):
-    """A cached backward allocates dx, dalpha, dgamma, dbeta where there is beta, and one scratch block
-    that holds every partial (and the dbeta the kernels write where there is none)."""
+def test_native_backward_allocates_two_blocks(beta, seed, ext):
+    """A cached backward allocates two blocks: dx with every partial after it (and the dbeta the kernels
+    write where there is none), and the parameter gradients."""
     import dyt
 
     inp = make_inputs((64, 197, 384), torch.bfloat16, seed=seed, param_dtype=torch.float32, beta=beta)
@@ -412,7 +428,42 @@ def test_native_backward_allocates_its_outputs_and_one_scratch(beta, seed, ext):
     before = torch.cuda.memory_stats()["allocation.all.allocated"]
     grads = torch.autograd.grad(y, leaves, inp.dy)
     after = torch.cuda.memory_stats()["allocation.all.allocated"]
-    assert after - before == len(leaves) + 1 and len(grads) == len(leaves)
+    assert after - before == 2 and len(grads) == len(leaves)
+
+
+def _storage(t: torch.Tensor) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.nbytes()
+
+
+@pytest.mark.gpu_only
+@pytest.mark.parametrize("beta", [True, False], ids=["beta", "nobeta"])
+def test_native_parameter_gradients_share_a_block_and_accumulate(beta, seed, ext):
+    """The parameter gradients of a cached backward are disjoint regions of one storage that dx does not
+    share; .grad accumulates into them across backward passes (twice one pass's gradient, bit for bit),
+    a residual's gradient adds into dx, and a gradient held from one call survives the next."""
+    import dyt
+
+    inp = make_inputs((64, 197, 384), torch.bfloat16, seed=seed, param_dtype=torch.float32, beta=beta)
+    x = inp.x.detach().requires_grad_(True)
+    params = [p.detach().requires_grad_(True) for p in (inp.alpha, inp.gamma, inp.beta) if p is not None]
+    args = (x, *params) if beta else (x, *params, None)
+    for _ in range(2):
+        torch.autograd.grad(dyt.dyt(*args), (x, *params), inp.dy)
+    held = torch.autograd.grad(dyt.dyt(*args), (x, *params), inp.dy)
+    copies = [g.clone() for g in held]
+    dx, *dparams = torch.autograd.grad(dyt.dyt(*args), (x, *params), inp.dy)
+    assert all(torch.equal(h, c) for h, c in zip(held, copies, strict=True))
+    assert len({_storage(g) for g in dparams}) == 1 and _storage(dx) != _storage(dparams[0])
+    spans = sorted((g.data_ptr(), g.data_ptr() + g.nbytes) for g in dparams)
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:], strict=False)), spans
+    assert all(torch.equal(g, c) for g, c in zip(dparams, copies[1:], strict=True))
+
+    (dyt.dyt(*args) + x).backward(inp.dy)
+    dyt.dyt(*args).backward(inp.dy)
+    assert torch.equal(x.grad, (copies[0] + inp.dy) + copies[0])
+    for p, once in zip(params, copies[1:], strict=True):
+        assert torch.equal(p.grad, once + once), p.shape
 
 
 @pytest.mark.gpu_only

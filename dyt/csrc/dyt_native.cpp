@@ -364,10 +364,11 @@ at::Tensor output(at::IntArrayRef shape, const at::TensorOptions& options, bool 
   return poison ? at::full(shape, NAN, options) : at::empty(shape, options);
 }
 
-// The backward's scratch, one allocation: the float64 dalpha partials, the float32 dgamma and dbeta
-// partials and, without beta, the dbeta the kernels write anyway, at byte offsets that are multiples of
-// kRegionAlign (the kernels are compiled for 16-byte-aligned pointers). Invariant: the regions do not
-// overlap and each holds what the record's shapes say (tests/test_native.py checks the layout).
+// The backward's scratch: the float64 dalpha partials, the float32 dgamma and dbeta partials and,
+// without beta, the dbeta the kernels write anyway, at byte offsets that are multiples of kRegionAlign
+// (the kernels are compiled for 16-byte-aligned pointers). It lies in dx's block, after dx (see
+// backward_cuda). Invariant: the regions do not overlap and each holds what the record's shapes say
+// (tests/test_native.py checks the layout).
 struct Scratch {
   int64_t part_dalpha, part_dgamma, part_dbeta, dbeta, bytes;  // dbeta: -1 where beta is given
 };
@@ -387,6 +388,39 @@ Scratch scratch_layout(int64_t finish_rows, int64_t partial_width, int64_t n_dal
     s.bytes += round_up(dbeta_bytes);
   }
   return s;
+}
+
+// The parameter gradients' block: dalpha at 0, dgamma and (where there is beta) dbeta after it, each
+// region on a kRegionAlign boundary. Invariant as the scratch's.
+struct ParamGrads {
+  int64_t dgamma, dbeta, bytes;  // dbeta: -1 without beta
+};
+
+ParamGrads param_grads_layout(int64_t dalpha_bytes, int64_t dgamma_bytes, int64_t dbeta_bytes, bool has_beta) {
+  ParamGrads g{round_up(dalpha_bytes), -1, 0};
+  g.bytes = g.dgamma + round_up(dgamma_bytes);
+  if (has_beta) {
+    g.dbeta = g.bytes;
+    g.bytes += round_up(dbeta_bytes);
+  }
+  return g;
+}
+
+at::Tensor block(int64_t bytes, const at::TensorOptions& options, bool poison) {
+  // poison: all bytes 0xFF, a NaN in every floating dtype dyt returns
+  at::TensorOptions bytes_options = options.dtype(at::kByte);
+  return poison ? at::full({bytes}, 255, bytes_options) : at::empty({bytes}, bytes_options);
+}
+
+// A contiguous tensor of `sizes` and `dtype` over `block`'s storage from byte `offset` (a multiple of
+// the dtype's size): no allocation, and not an autograd view, so once `block` itself is gone the tensors
+// made over it are all that hold its storage (a lone dx can then be accumulated into in place).
+at::Tensor region(const at::Tensor& block, int64_t offset, at::IntArrayRef sizes, at::ScalarType dtype) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(block.storage()),
+                                                   block.key_set(), c10::scalarTypeToTypeMeta(dtype));
+  impl->set_storage_offset(offset / static_cast<int64_t>(c10::elementSize(dtype)));
+  impl->set_sizes_contiguous(sizes);
+  return at::Tensor(std::move(impl));
 }
 
 // ---- the Python fill ops --------------------------------------------------------------------------
@@ -495,18 +529,23 @@ Grads backward_cuda(const at::Tensor& dy_in, const at::Tensor& x, const at::Tens
   }
   const BackwardRecord& r = *hit;
   int64_t C = channels_first && x.dim() != 2 ? x.size(1) : x.size(-1);
-  auto on = [&](at::ScalarType t) { return x.options().dtype(t); };
   at::ScalarType dbeta_type = beta.has_value() ? beta->scalar_type() : gamma.scalar_type();
-  Scratch layout = scratch_layout(r.finish_rows, r.partial_width, r.n_dalpha, beta.has_value(),
-                                  C * static_cast<int64_t>(c10::elementSize(dbeta_type)));
-  // poison: all bytes 0xFF, a NaN in float32 and float64 alike
-  at::Tensor scratch =
-      poison ? at::full({layout.bytes}, 255, on(at::kByte)) : at::empty({layout.bytes}, on(at::kByte));
-  auto* base = static_cast<char*>(scratch.data_ptr());
-  at::Tensor dx = output(x.sizes(), x.options(), poison);
-  at::Tensor dalpha = output({1}, on(alpha.scalar_type()), poison);
-  at::Tensor dgamma = output({C}, on(gamma.scalar_type()), poison);
-  at::Tensor dbeta = beta.has_value() ? output({C}, on(dbeta_type), poison) : at::Tensor();
+  int64_t dbeta_bytes = C * static_cast<int64_t>(c10::elementSize(dbeta_type));
+  Scratch layout = scratch_layout(r.finish_rows, r.partial_width, r.n_dalpha, beta.has_value(), dbeta_bytes);
+  ParamGrads grads_layout =
+      param_grads_layout(static_cast<int64_t>(c10::elementSize(alpha.scalar_type())),
+                         C * static_cast<int64_t>(c10::elementSize(gamma.scalar_type())), dbeta_bytes,
+                         beta.has_value());
+  // Two allocations: dx with the scratch after it (freed with dx), and the parameter gradients as
+  // regions of one block (they share a storage, as the gradients that CatBackward returns do).
+  int64_t scratch_at = round_up(x.numel() * static_cast<int64_t>(x.element_size()));
+  at::Tensor dx_block = block(scratch_at + layout.bytes, x.options(), poison);
+  at::Tensor grads_block = block(grads_layout.bytes, x.options(), poison);
+  at::Tensor dx = region(dx_block, 0, x.sizes(), x.scalar_type());
+  at::Tensor dalpha = region(grads_block, 0, alpha.sizes(), alpha.scalar_type());
+  at::Tensor dgamma = region(grads_block, grads_layout.dgamma, {C}, gamma.scalar_type());
+  at::Tensor dbeta = beta.has_value() ? region(grads_block, grads_layout.dbeta, {C}, dbeta_type) : at::Tensor();
+  char* base = static_cast<char*>(dx_block.data_ptr()) + scratch_at;
   Slots slots{x.data_ptr(),  dy.data_ptr(), dx.data_ptr(), alpha.data_ptr(), gamma.data_ptr(),
               base + layout.part_dgamma, base + layout.part_dbeta, base + layout.part_dalpha,
               dgamma.data_ptr(), beta.has_value() ? dbeta.data_ptr() : base + layout.dbeta, dalpha.data_ptr()};
@@ -543,7 +582,7 @@ struct DyTFunction : public torch::autograd::Function<DyTFunction> {
         at::GradMode::is_enabled()
             ? differentiable_backward(grads[0], x, alpha, saved[2], beta, channels_first)
             : backward_cuda(grads[0], x, alpha, saved[2], beta, channels_first, ctx->saved_data["poison"].toBool());
-    if (alpha.dim() != 1) dalpha = dalpha.reshape(alpha.sizes());
+    if (dalpha.sizes() != alpha.sizes()) dalpha = dalpha.reshape(alpha.sizes());
     return {dx, dalpha, dgamma, beta.has_value() ? dbeta : at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -605,6 +644,13 @@ bool has_forward_record(const at::Tensor& x, const at::Tensor& alpha, const at::
   return forward_cache().find(forward_key(x, alpha, gamma, beta, channels_first)) != nullptr;
 }
 
+// The parameter gradients' block: byte offsets (dgamma, dbeta or -1; dalpha is at 0) and size.
+std::vector<int64_t> param_grads_block(int64_t dalpha_bytes, int64_t dgamma_bytes, int64_t dbeta_bytes,
+                                       bool has_beta) {
+  ParamGrads g = param_grads_layout(dalpha_bytes, dgamma_bytes, dbeta_bytes, has_beta);
+  return {g.dgamma, g.dbeta, g.bytes};
+}
+
 // The backward scratch's byte offsets (part_dalpha, part_dgamma, part_dbeta, dbeta or -1) and size.
 std::vector<int64_t> backward_scratch(int64_t finish_rows, int64_t partial_width, int64_t n_dalpha,
                                       bool has_beta, int64_t dbeta_bytes) {
@@ -634,6 +680,8 @@ TORCH_LIBRARY(dyt_native, m) {
   m.def("backward_scratch(int finish_rows, int partial_width, int n_dalpha, bool has_beta, int dbeta_bytes)"
         " -> int[]",
         &dyt_native::backward_scratch);
+  m.def("param_grads_block(int dalpha_bytes, int dgamma_bytes, int dbeta_bytes, bool has_beta) -> int[]",
+        &dyt_native::param_grads_block);
 }
 
 TORCH_LIBRARY_IMPL(dyt_native, CUDA, m) { m.impl("dyt", &dyt_native::forward_cuda); }
