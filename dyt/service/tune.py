@@ -82,8 +82,10 @@ CF_CANDIDATES = {
         {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 16, "num_warps": 2, "num_stages": 4},
         {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 16, "num_warps": 2, "num_stages": 4},
         {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 2, "num_stages": 4},
+        {"BLOCK_M": 2, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 1, "num_stages": 4},
         # the 3-term polynomial (dyt.planner.POLY_TERMS) on the tiles above that the sweep chose
         {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 2, "num_stages": 4, "poly": 3},
+        {"BLOCK_M": 2, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 1, "num_stages": 4, "poly": 3},
         {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_warps": 2, "num_stages": 4, "poly": 3},
         {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6, "num_stages": 4, "poly": 3},
     ],
