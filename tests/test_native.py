@@ -159,9 +159,9 @@ def test_backward_records_with_oversized_partials_are_refused(ext):
 @pytest.mark.parametrize("has_beta", [True, False], ids=["beta", "nobeta"])
 @pytest.mark.parametrize("shapes", [(1, 1, 1), (4, 96, 7), (3, 1000, 129), (132, 4096, 528)], ids=str)
 def test_the_backward_scratch_holds_each_partial_apart(ext, shapes, has_beta):
-    """The backward's one scratch allocation: the dalpha partials (float64), the dgamma and dbeta partials
-    (float32, finish_rows x partial_width) and, without beta, the dbeta the kernels write, each on a
-    256-byte boundary, none overlapping another, all inside the allocation."""
+    """The backward's scratch (in dx's block, after dx): the dalpha partials (float64), the dgamma and dbeta
+    partials (float32, finish_rows x partial_width) and, without beta, the dbeta the kernels write, each on
+    a 256-byte boundary from the scratch's start, none overlapping another, all inside its size."""
     finish_rows, partial_width, n_dalpha = shapes
     dbeta_bytes = 2 * 77
     *offsets, size = ext.backward_scratch(finish_rows, partial_width, n_dalpha, has_beta, dbeta_bytes)
