@@ -504,9 +504,8 @@ def dyt_bwd_cf_finish_kernel(
     (b * MAIN_BLOCK_N) // GAMMA_SPAN + k (dyt_bwd_kernel's _store_run_partials). Channel c's columns
     c L .. c L + L - 1 lie in at most BLOCKS_PER_CHANNEL consecutive column blocks; each program adds up
     BLOCK_C channels over the row groups, BLOCK_G at a time, and in each step over those blocks, in a
-    fixed order, the last program dalpha,
-    DALPHA_BLOCK partials a step (BLOCK_G is cut to the few row groups: BLOCK_G x BLOCK_C partials a
-    step would leave dalpha a loop of dependent loads)."""
+    fixed order; the last program adds up dalpha, DALPHA_BLOCK partials a step (BLOCK_G is cut to the few
+    row groups: BLOCK_G x BLOCK_C partials a step would leave dalpha a loop of dependent loads)."""
     _wait_for_primary(PDL)
     _launch_dependents(PDL)
     pid = tl.program_id(0)

@@ -338,6 +338,12 @@ def poly_note(note: str, modes: str, where: str) -> str:
     return f"{note.split(POLY_NOTE)[0]}{POLY_NOTE}{modes}) by `python -m dyt tune --poly` on {where}"
 
 
+def write_table(out: pathlib.Path, table: dict) -> None:
+    """The table as the committed files hold it (one-space indents), and a line saying where."""
+    out.write_text(json.dumps(table, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
 def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str], widths=None) -> dict:
     """Tunes the width buckets named in widths (max_width values; None: all) and keeps the others."""
     import torch
@@ -372,8 +378,7 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
                 entries.append(tuned_entry(best, current, max_width, ms, mode))
                 del inputs, x
             table[mode][bucket] = entries
-    out.write_text(json.dumps(table, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_table(out, table)
     return table
 
 
@@ -416,15 +421,13 @@ def main(argv: list[str] | None = None) -> int:
         table["note"] = poly_note(
             committed["note"], args.modes, f"{torch.cuda.get_device_name()} at {git_sha()[:7]}"
         )
-        out.write_text(json.dumps(table, indent=1) + "\n")
-        print(f"wrote {out}")
+        write_table(out, table)
         return 0
     if args.channels_first:
         committed = planner.load_table(arch)
         timer = lambda *a: _time_channels_first(committed, *a)  # noqa: E731
         table = tune_channels_first(committed, timer, args.modes.split(","))
-        out.write_text(json.dumps(table, indent=1) + "\n")
-        print(f"wrote {out}")
+        write_table(out, table)
         return 0
     widths = None if args.widths is None else {int(w) for w in args.widths.split(",")}
     tune(out, args.budget_s, args.buckets.split(","), args.modes.split(","), widths)
