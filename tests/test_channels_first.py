@@ -17,6 +17,7 @@ import torch
 
 import dyt
 from dyt import launcher, ops, planner
+from dyt.service.tune import with_channels_first
 
 from helpers import DTYPES, SM90, check_against_reference, make_inputs, on_gpu, with_poly
 
@@ -96,6 +97,38 @@ def test_values_with_the_sm90_channels_first_tiles(shape, dtype, seed):
     assert x[0].numel() > 8192 and (dtype == "fp32" or planner.channels_first_variant(entry, L) is not None)
     with launcher.overrides(table=table):
         check_against_reference(cl, _run(x, dy, cl))
+
+
+# Spatial sizes whose 256-column blocks touch 8 and 4 channels, and, at L = 9, 128-column blocks of 16.
+SLOT_SHAPES = [(2, 200, 7, 7), (2, 64, 14, 14), (2, 1000, 3, 3)]
+
+
+@needs_kernels
+@pytest.mark.parametrize("by_slot", [True, False], ids=["slot_by_slot", "select"])
+@pytest.mark.parametrize("shape", SLOT_SHAPES, ids=str)
+def test_per_channel_sums_slot_by_slot_and_in_the_select(shape, by_slot, seed):
+    """A channels_first backward tile adds its columns up per channel one slot at a time ("slot_by_slot")
+    or in the (CHANNEL_SLOTS x BLOCK_N) select, as its field says; both against the reference."""
+    fields = {"BLOCK_M": 1, "BLOCK_N": 256, "num_warps": 1, "programs_per_sm": 24, "slot_by_slot": by_slot}
+    table = with_channels_first(planner.load_table("sm90"), "bwd", fields)
+    x, dy, cl = _inputs(shape, torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    with launcher.overrides(table=table):
+        plan = launcher.backward_plan(x.detach(), dy, channels_first=True)
+        assert dict(plan.main.constexprs)["SLOT_BY_SLOT"] is by_slot
+        assert plan.channel_slots == (16 if shape[2] == 3 else 8 if shape[2] == 7 else 4), plan
+        check_against_reference(cl, _run(x, dy, cl))
+
+
+def test_slot_by_slot_is_a_boolean_and_rows_ignore_it():
+    """A table whose slot_by_slot is not true or false is refused by name; rows that are not channels-first
+    never take SLOT_BY_SLOT."""
+    fields = {"BLOCK_M": 1, "BLOCK_N": 256, "num_warps": 1, "slot_by_slot": "yes"}
+    bad = planner.Overrides(table=with_channels_first(planner.load_table("sm90"), "bwd", fields))
+    with pytest.raises(ValueError, match="slot_by_slot must be true or false, got 'yes'"):
+        planner.plan_backward(2, 200 * 49, 2, channel_span=49, target=SM90, overrides=bad)
+    table = with_channels_first(planner.load_table("sm90"), "bwd", dict(fields, slot_by_slot=True))
+    rows = planner.plan_backward(2, 200 * 49, 2, target=SM90, overrides=planner.Overrides(table=table))
+    assert dict(rows.main.constexprs)["SLOT_BY_SLOT"] is False
 
 
 @needs_kernels
