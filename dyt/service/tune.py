@@ -56,8 +56,13 @@ BWD_KEPT = ("poly",)
 
 
 # Channels-first: the classes of spatial size L = H x W (a variant's "max_span"; None: any larger) and
-# the (N, C, H, W) shapes each class is timed at (ConvNeXt-T's stages: L = 49, 196, 784, 3136).
-CF_SHAPES = {64: [(256, 768, 7, 7)], 256: [(64, 384, 14, 14)], None: [(64, 96, 56, 56), (64, 192, 28, 28)]}
+# the (N, C, H, W) shapes each class is timed at (ConvNeXt-T's stages: L = 49, 196, 784, 3136; 3136 also
+# at batch 8, where the larger class's tiles part most).
+CF_SHAPES = {
+    64: [(256, 768, 7, 7)],
+    256: [(64, 384, 14, 14)],
+    None: [(64, 96, 56, 56), (64, 192, 28, 28), (8, 96, 56, 56)],
+}
 # The candidate fields ({}: the entry's own tile). The backward's BLOCK_N is cut further by the slot rule
 # (dyt.planner.CF_SLOT_TILE); 1 x 1024 takes 80 registers on 4 warps, so 6 programs fill an SM.
 _ONE_WARP_BY_SLOT = {"num_warps": 1, "poly": 3, "slot_by_slot": True}
