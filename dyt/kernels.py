@@ -306,8 +306,10 @@ def _store_run_partials(PART_DGAMMA, PART_DBETA, PART_DALPHA, acc_dgamma, acc_db
     dyt.planner.BwdPlan.fold_copies), the copies added up here at row program_row of (rows, GAMMA_PERIOD),
     or, for channels-first rows (GAMMA_SPAN), the sums of each channel the column block touches, in its
     CHANNEL_SLOTS slots at row group_row of (rows, n_col_blocks * CHANNEL_SLOTS): slot k holds channel
-    (pid_n * BLOCK_N) // GAMMA_SPAN + k, and slots past the block's last channel hold 0. dalpha's lanes are
-    added in float64 (the finish adds the runs' sums without float32 drift) at program_row."""
+    (pid_n * BLOCK_N) // GAMMA_SPAN + k, and slots past the block's last channel hold 0 (all slots in one
+    (CHANNEL_SLOTS, BLOCK_N) select, or with SLOT_BY_SLOT one masked sum each, which on one warp costs
+    shuffles and no select's registers: dyt.planner.SLOT_BY_SLOT). dalpha's lanes are added in float64
+    (the finish adds the runs' sums without float32 drift) at program_row."""
     if GAMMA_SPAN > 0:
         slot = cols // GAMMA_SPAN - (pid_n * BLOCK_N) // GAMMA_SPAN
         col_dgamma = tl.sum(acc_dgamma, axis=0)
