@@ -100,6 +100,8 @@ CF_CANDIDATES = {
         {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_stages": 3, **_ONE_WARP_BY_SLOT},
         {"BLOCK_M": 2, "BLOCK_N": 256, "programs_per_sm": 24, "num_stages": 4, **_ONE_WARP_BY_SLOT},
         {"BLOCK_M": 1, "BLOCK_N": 128, "programs_per_sm": 32, "num_stages": 4, **_ONE_WARP_BY_SLOT},
+        # the L <= 64 choice with the select, which sets SLOT_BY_SLOT's worth
+        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 16, "num_warps": 1, "num_stages": 4, "poly": 3},
     ],
 }
 
