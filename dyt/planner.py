@@ -594,7 +594,7 @@ def _plan_backward_view(
             ("FOLD_COPIES", copies_in_block > 0),
             ("GAMMA_SPAN", span),
             ("CHANNEL_SLOTS", slots),
-            ("SLOT_BY_SLOT", bool(span) and slot_by_slot(entry)),
+            ("SLOT_BY_SLOT", slot_by_slot(entry) and bool(span)),
             ("POLY_TERMS", fields["poly_terms"]),
         ),  # fmt: skip
         num_warps=entry["num_warps"],

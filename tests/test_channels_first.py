@@ -10,6 +10,7 @@ padded tiles, the dtype contract, bitwise repeats and batch invariance, the laun
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -120,8 +121,8 @@ def test_per_channel_sums_slot_by_slot_and_in_the_select(shape, by_slot, seed):
 
 
 def test_slot_by_slot_is_a_boolean_and_rows_ignore_it():
-    """A table whose slot_by_slot is not true or false is refused by name; rows that are not channels-first
-    never take SLOT_BY_SLOT."""
+    """A table whose slot_by_slot is not true or false is refused by name, in a channels_first variant or on
+    the entry; rows that are not channels-first never take SLOT_BY_SLOT."""
     fields = {"BLOCK_M": 1, "BLOCK_N": 256, "num_warps": 1, "slot_by_slot": "yes"}
     bad = planner.Overrides(table=with_channels_first(planner.load_table("sm90"), "bwd", fields))
     with pytest.raises(ValueError, match="slot_by_slot must be true or false, got 'yes'"):
@@ -129,6 +130,10 @@ def test_slot_by_slot_is_a_boolean_and_rows_ignore_it():
     table = with_channels_first(planner.load_table("sm90"), "bwd", dict(fields, slot_by_slot=True))
     rows = planner.plan_backward(2, 200 * 49, 2, target=SM90, overrides=planner.Overrides(table=table))
     assert dict(rows.main.constexprs)["SLOT_BY_SLOT"] is False
+    table = copy.deepcopy(planner.load_table("sm90"))
+    table["bwd"]["16bit"][-1]["slot_by_slot"] = 1  # on the entry itself: checked for rows as well
+    with pytest.raises(ValueError, match="slot_by_slot must be true or false, got 1"):
+        planner.plan_backward(2, 200 * 49, 2, target=SM90, overrides=planner.Overrides(table=table))
 
 
 @needs_kernels
