@@ -300,30 +300,22 @@ def _bwd_tile(
 def _store_run_partials(PART_DGAMMA, PART_DBETA, PART_DALPHA, acc_dgamma, acc_dbeta, acc_dalpha,
                         program_row, group_row, N, cols, col_ok, pid_n, n_col_blocks, BLOCK_N: tl.constexpr,
                         GAMMA_PERIOD: tl.constexpr, FOLD_COPIES: tl.constexpr, GAMMA_SPAN: tl.constexpr,
-                        CHANNEL_SLOTS: tl.constexpr, SLOT_BY_SLOT: tl.constexpr):  # fmt: skip
+                        CHANNEL_SLOTS: tl.constexpr):  # fmt: skip
     """A run's partials: column sums of dgamma and dbeta at row group_row of (rows, N), or, with FOLD_COPIES
     (folded rows whose column block holds BLOCK_N // GAMMA_PERIOD whole copies of the true width, see
     dyt.planner.BwdPlan.fold_copies), the copies added up here at row program_row of (rows, GAMMA_PERIOD),
     or, for channels-first rows (GAMMA_SPAN), the sums of each channel the column block touches, in its
     CHANNEL_SLOTS slots at row group_row of (rows, n_col_blocks * CHANNEL_SLOTS): slot k holds channel
-    (pid_n * BLOCK_N) // GAMMA_SPAN + k, and slots past the block's last channel hold 0 (all slots in one
-    (CHANNEL_SLOTS, BLOCK_N) select, or with SLOT_BY_SLOT one masked sum each, which on one warp costs
-    shuffles and no select's registers: dyt.planner.SLOT_BY_SLOT). dalpha's lanes are added in float64
-    (the finish adds the runs' sums without float32 drift) at program_row."""
+    (pid_n * BLOCK_N) // GAMMA_SPAN + k, and slots past the block's last channel hold 0. dalpha's lanes are
+    added in float64 (the finish adds the runs' sums without float32 drift) at program_row."""
     if GAMMA_SPAN > 0:
         slot = cols // GAMMA_SPAN - (pid_n * BLOCK_N) // GAMMA_SPAN
-        col_dgamma = tl.sum(acc_dgamma, axis=0)
-        col_dbeta = tl.sum(acc_dbeta, axis=0)
-        first_slot = (group_row * n_col_blocks + pid_n) * CHANNEL_SLOTS
-        if SLOT_BY_SLOT:
-            for k in tl.static_range(CHANNEL_SLOTS):
-                tl.store(PART_DGAMMA + first_slot + k, tl.sum(tl.where(slot == k, col_dgamma, 0.0), axis=0))
-                tl.store(PART_DBETA + first_slot + k, tl.sum(tl.where(slot == k, col_dbeta, 0.0), axis=0))
-        else:
-            in_slot = slot[None, :] == tl.arange(0, CHANNEL_SLOTS)[:, None]
-            offsets = first_slot + tl.arange(0, CHANNEL_SLOTS)
-            tl.store(PART_DGAMMA + offsets, tl.sum(tl.where(in_slot, col_dgamma[None, :], 0.0), axis=1))
-            tl.store(PART_DBETA + offsets, tl.sum(tl.where(in_slot, col_dbeta[None, :], 0.0), axis=1))
+        in_slot = slot[None, :] == tl.arange(0, CHANNEL_SLOTS)[:, None]
+        dgamma = tl.sum(tl.where(in_slot, tl.sum(acc_dgamma, axis=0)[None, :], 0.0), axis=1)
+        dbeta = tl.sum(tl.where(in_slot, tl.sum(acc_dbeta, axis=0)[None, :], 0.0), axis=1)
+        offsets = (group_row * n_col_blocks + pid_n) * CHANNEL_SLOTS + tl.arange(0, CHANNEL_SLOTS)
+        tl.store(PART_DGAMMA + offsets, dgamma)
+        tl.store(PART_DBETA + offsets, dbeta)
     elif FOLD_COPIES:
         copies: tl.constexpr = BLOCK_N // GAMMA_PERIOD
         true_cols = tl.arange(0, GAMMA_PERIOD)
@@ -347,7 +339,7 @@ def dyt_bwd_kernel(
     APPROX: tl.constexpr, STRIDED: tl.constexpr, NUM_STAGES: tl.constexpr, EVEN_N: tl.constexpr,
     GAMMA_PERIOD: tl.constexpr, RAGGED: tl.constexpr, PDL: tl.constexpr, LANE_RUN: tl.constexpr,
     FOLD_COPIES: tl.constexpr, GAMMA_SPAN: tl.constexpr, CHANNEL_SLOTS: tl.constexpr,
-    SLOT_BY_SLOT: tl.constexpr, POLY_TERMS: tl.constexpr,
+    POLY_TERMS: tl.constexpr,
 ):  # fmt: skip
     """One pass over x and dy: writes dx, and this program's float32 partial sums of the parameter grads.
 
@@ -430,8 +422,7 @@ def dyt_bwd_kernel(
             )  # fmt: skip
         _store_run_partials(PART_DGAMMA, PART_DBETA, PART_DALPHA, acc_dgamma, acc_dbeta, acc_dalpha,
                             pid * n_runs + run, group * n_runs + run, N, cols, col_ok, pid_n, n_col_blocks,
-                            BLOCK_N, GAMMA_PERIOD, FOLD_COPIES, GAMMA_SPAN, CHANNEL_SLOTS,
-                            SLOT_BY_SLOT)  # fmt: skip
+                            BLOCK_N, GAMMA_PERIOD, FOLD_COPIES, GAMMA_SPAN, CHANNEL_SLOTS)  # fmt: skip
     _launch_dependents(PDL)
 
 

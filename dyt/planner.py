@@ -504,20 +504,6 @@ def channel_slots(block_n: int, span: int) -> int:
     return next_pow2((block_n - 1) // span + 2)
 
 
-# A channels_first backward variant's "slot_by_slot": true has each column block add up its slots one at a
-# time after its loop (SLOT_BY_SLOT) instead of in the select; on one warp the sums are warp shuffles and
-# the select's registers are spared (docs/kernels.md, "Channels-first").
-SLOT_BY_SLOT = "slot_by_slot"
-
-
-def slot_by_slot(entry: dict) -> bool:
-    """The entry's "slot_by_slot" (SLOT_BY_SLOT; False where it has none)."""
-    value = entry.get(SLOT_BY_SLOT, False)
-    if not isinstance(value, bool):
-        raise ValueError(f"launch table: a bwd entry's {SLOT_BY_SLOT} must be true or false, got {value!r}")
-    return value
-
-
 def _channels_first_entry(entry: dict, span: int) -> dict:
     """The backward entry with its channels_first variant (CHANNELS_FIRST), BLOCK_N cut to CF_SLOT_TILE."""
     entry = entry | (channels_first_variant(entry, span) or {})
@@ -594,7 +580,6 @@ def _plan_backward_view(
             ("FOLD_COPIES", copies_in_block > 0),
             ("GAMMA_SPAN", span),
             ("CHANNEL_SLOTS", slots),
-            ("SLOT_BY_SLOT", slot_by_slot(entry) and bool(span)),
             ("POLY_TERMS", fields["poly_terms"]),
         ),  # fmt: skip
         num_warps=entry["num_warps"],

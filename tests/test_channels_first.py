@@ -10,7 +10,6 @@ padded tiles, the dtype contract, bitwise repeats and batch invariance, the laun
 
 from __future__ import annotations
 
-import copy
 import math
 
 import pytest
@@ -105,35 +104,17 @@ SLOT_SHAPES = [(2, 200, 7, 7), (2, 64, 14, 14), (2, 1000, 3, 3)]
 
 
 @needs_kernels
-@pytest.mark.parametrize("by_slot", [True, False], ids=["slot_by_slot", "select"])
 @pytest.mark.parametrize("shape", SLOT_SHAPES, ids=str)
-def test_per_channel_sums_slot_by_slot_and_in_the_select(shape, by_slot, seed):
-    """A channels_first backward tile adds its columns up per channel one slot at a time ("slot_by_slot")
-    or in the (CHANNEL_SLOTS x BLOCK_N) select, as its field says; both against the reference."""
-    fields = {"BLOCK_M": 1, "BLOCK_N": 256, "num_warps": 1, "programs_per_sm": 24, "slot_by_slot": by_slot}
+def test_per_channel_sums_of_one_warp_tiles(shape, seed):
+    """A one-warp channels_first backward tile adds its columns up per channel in the (CHANNEL_SLOTS x
+    BLOCK_N) select at 4, 8 and 16 slots; against the reference."""
+    fields = {"BLOCK_M": 1, "BLOCK_N": 256, "num_warps": 1, "programs_per_sm": 16}
     table = with_channels_first(planner.load_table("sm90"), "bwd", fields)
     x, dy, cl = _inputs(shape, torch.bfloat16, seed=seed, param_dtype=torch.float32)
     with launcher.overrides(table=table):
         plan = launcher.backward_plan(x.detach(), dy, channels_first=True)
-        assert dict(plan.main.constexprs)["SLOT_BY_SLOT"] is by_slot
         assert plan.channel_slots == (16 if shape[2] == 3 else 8 if shape[2] == 7 else 4), plan
         check_against_reference(cl, _run(x, dy, cl))
-
-
-def test_slot_by_slot_is_a_boolean_and_rows_ignore_it():
-    """A table whose slot_by_slot is not true or false is refused by name, in a channels_first variant or on
-    the entry; rows that are not channels-first never take SLOT_BY_SLOT."""
-    fields = {"BLOCK_M": 1, "BLOCK_N": 256, "num_warps": 1, "slot_by_slot": "yes"}
-    bad = planner.Overrides(table=with_channels_first(planner.load_table("sm90"), "bwd", fields))
-    with pytest.raises(ValueError, match="slot_by_slot must be true or false, got 'yes'"):
-        planner.plan_backward(2, 200 * 49, 2, channel_span=49, target=SM90, overrides=bad)
-    table = with_channels_first(planner.load_table("sm90"), "bwd", dict(fields, slot_by_slot=True))
-    rows = planner.plan_backward(2, 200 * 49, 2, target=SM90, overrides=planner.Overrides(table=table))
-    assert dict(rows.main.constexprs)["SLOT_BY_SLOT"] is False
-    table = copy.deepcopy(planner.load_table("sm90"))
-    table["bwd"]["16bit"][-1]["slot_by_slot"] = 1  # on the entry itself: checked for rows as well
-    with pytest.raises(ValueError, match="slot_by_slot must be true or false, got 1"):
-        planner.plan_backward(2, 200 * 49, 2, target=SM90, overrides=planner.Overrides(table=table))
 
 
 @needs_kernels

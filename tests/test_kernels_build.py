@@ -159,8 +159,7 @@ FWD_CONSTEXPRS = {"HAS_BETA": True, "BLOCK_M": 4, "BLOCK_N": 1024, "N_COL_BLOCKS
 BWD_CONSTEXPRS = {"BLOCK_M": 4, "BLOCK_N": 1024, "INT64": False, "TANH": TANH_METHODS["poly_exp"],
                   "APPROX": True, "STRIDED": False, "NUM_STAGES": 3, "EVEN_N": True,
                   "GAMMA_PERIOD": 0, "RAGGED": False, "PDL": True, "LANE_RUN": LANE_RUN_TILES,
-                  "FOLD_COPIES": False, "GAMMA_SPAN": 0, "CHANNEL_SLOTS": 0, "SLOT_BY_SLOT": False,
-                  "POLY_TERMS": 5}  # fmt: skip
+                  "FOLD_COPIES": False, "GAMMA_SPAN": 0, "CHANNEL_SLOTS": 0, "POLY_TERMS": 5}  # fmt: skip
 # (GAMMA_PERIOD, RAGGED): rows as they are, folded rows (in 1024 and in 3072 columns), and folded rows whose
 # last one ends early.
 FOLDS = [(0, False), (64, False), (768, False), (768, True)]

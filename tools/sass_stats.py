@@ -4,8 +4,7 @@
     python tools/sass_stats.py fwd fp32 4x1024x4 4x1024x4x0  # forward: a last field 0: the bitwise sign
     python tools/sass_stats.py bwd bf16 4x256x4x3 4x256x4x3:L49  # :L<span>: channels-first rows of span L
     python tools/sass_stats.py bwd bf16 1x1024x4x4:L3136 1x1024x4x4:L3136:P3  # :P<terms>: tanh's polynomial
-    python tools/sass_stats.py bwd bf16 1x256x1x4:L49:P3:B1  # :B1: the slots added one at a time
-    python tools/sass_stats.py bwd bf16 1x256x1x4:L49:P3:B1:S1  # :S1: strided row order (STRIDED)
+    python tools/sass_stats.py bwd bf16 1x256x1x4:L49:P3:S1  # :S1: strided row order (STRIDED)
 
 Compiles with triton.compile for Hopper (no GPU needed; Triton's wheel carries ptxas and cuobjdump), reads
 the register count from `cuobjdump -res-usage`, and counts the SASS of the backward's persistent loop
@@ -37,15 +36,14 @@ INSTRUCTION = re.compile(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 
 
 def compile_kernel(mode: str, dt: str, block_m: int, block_n: int, warps: int, stages: int = 3, span: int = 0,
-                   poly: int = 5, by_slot: bool = False, strided: bool = False):  # fmt: skip
+                   poly: int = 5, strided: bool = False):  # fmt: skip
     """The kernel as the launcher compiles it, with aligned pointers and strides (tests/test_kernels_build.py
     holds the full set of compile-time constants). For the forward, stages = 0 takes the bitwise sign.
-    span > 0: channels-first rows (GAMMA_SPAN; the backward with its planner.channel_slots, added up slot by
-    slot where by_slot: SLOT_BY_SLOT); poly: tanh's polynomial terms (POLY_TERMS); strided: the backward's
-    strided row order (STRIDED, a table entry's "row_order", which channels-first tiles inherit)."""
+    span > 0: channels-first rows (GAMMA_SPAN; the backward with its planner.channel_slots); poly: tanh's
+    polynomial terms (POLY_TERMS); strided: the backward's strided row order (STRIDED, a table entry's
+    "row_order", which channels-first tiles inherit)."""
     if mode == "bwd":
-        cf = {"GAMMA_SPAN": span, "CHANNEL_SLOTS": planner.channel_slots(block_n, span),
-              "SLOT_BY_SLOT": by_slot} if span else {}  # fmt: skip
+        cf = {"GAMMA_SPAN": span, "CHANNEL_SLOTS": planner.channel_slots(block_n, span)} if span else {}
         return build.compile_backward(dt, warps, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=stages,
                                       POLY_TERMS=poly, STRIDED=strided, **cf)  # fmt: skip
     return build.compile_forward(dt, warps, BLOCK_M=block_m, BLOCK_N=block_n, SIGN_SELECT=stages != 0,
@@ -92,12 +90,11 @@ def main(argv: list[str]) -> int:
     mode, dt = argv[0], argv[1]
     for config in argv[2:]:
         tile, *suffixes = config.split(":")
-        extra = {s[0]: int(s[1:]) for s in suffixes}  # L<span>, P<terms>, B1 (slot by slot), S1 (strided)
+        extra = {s[0]: int(s[1:]) for s in suffixes}  # L<span>, P<terms>, S1 (strided)
         block_m, block_n, warps, *stages = map(int, tile.split("x"))
         per_thread = block_m * block_n // (32 * warps)
         compiled = compile_kernel(mode, dt, block_m, block_n, warps, *(stages or [3]), span=extra.get("L", 0),
-                                  poly=extra.get("P", 5), by_slot=bool(extra.get("B", 0)),
-                                  strided=bool(extra.get("S", 0)))  # fmt: skip
+                                  poly=extra.get("P", 5), strided=bool(extra.get("S", 0)))  # fmt: skip
         regs, instructions = sass_of(compiled.asm["cubin"])
         counted = loop_body(instructions) if mode == "bwd" else [t for _, t in instructions]
         ops = collections.Counter(map(opcode, counted)).most_common(10)

@@ -65,7 +65,7 @@ CF_SHAPES = {
 }
 # The candidate fields ({}: the entry's own tile). The backward's BLOCK_N is cut further by the slot rule
 # (dyt.planner.CF_SLOT_TILE); 1 x 1024 takes 80 registers on 4 warps, so 6 programs fill an SM.
-_ONE_WARP_BY_SLOT = {"num_warps": 1, "poly": 3, "slot_by_slot": True}
+_ONE_WARP = {"num_warps": 1, "poly": 3}
 CF_CANDIDATES = {
     "fwd": [
         {},
@@ -94,29 +94,23 @@ CF_CANDIDATES = {
         {"BLOCK_M": 2, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 1, "num_stages": 4, "poly": 3},
         {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_warps": 2, "num_stages": 4, "poly": 3},
         {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6, "num_stages": 4, "poly": 3},
-        # one warp, adding up its slots one at a time (dyt.planner.SLOT_BY_SLOT)
-        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_stages": 4, **_ONE_WARP_BY_SLOT},
-        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 16, "num_stages": 4, **_ONE_WARP_BY_SLOT},
-        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_stages": 3, **_ONE_WARP_BY_SLOT},
-        {"BLOCK_M": 2, "BLOCK_N": 256, "programs_per_sm": 24, "num_stages": 4, **_ONE_WARP_BY_SLOT},
-        {"BLOCK_M": 1, "BLOCK_N": 128, "programs_per_sm": 32, "num_stages": 4, **_ONE_WARP_BY_SLOT},
-        # the L <= 64 choice with the select, which sets SLOT_BY_SLOT's worth
-        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 16, "num_warps": 1, "num_stages": 4, "poly": 3},
+        # one warp: 1 x 256 at L = 49 takes 113 registers in Triton 3.6, so 17 such programs fit an SM
+        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 16, "num_stages": 4, **_ONE_WARP},
+        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 12, "num_stages": 4, **_ONE_WARP},
+        {"BLOCK_M": 1, "BLOCK_N": 128, "programs_per_sm": 24, "num_stages": 4, **_ONE_WARP},
     ],
 }
 
 
 def candidate_name(fields: dict) -> str:
-    """A channels_first candidate as BLOCK_MxBLOCK_N[wWARPS][_pPROGRAMS][_sSTAGES][_polyTERMS][_byslot]
-    ("entry": {})."""
+    """A channels_first candidate as BLOCK_MxBLOCK_N[wWARPS][_pPROGRAMS][_sSTAGES][_polyTERMS] ("entry":
+    {})."""
     if not fields:
         return "entry"
     name = f"{fields['BLOCK_M']}x{fields['BLOCK_N']}"
     for key, tag in (("num_warps", "w"), ("programs_per_sm", "_p"), ("num_stages", "_s"), ("poly", "_poly")):
         if key in fields:
             name += f"{tag}{fields[key]}"
-    if fields.get("slot_by_slot"):
-        name += "_byslot"
     return name
 
 
