@@ -4,6 +4,12 @@ step) and by cProfile (Python self time per function). Needs a CUDA GPU; run it 
 the host's CPUs move these numbers by tens of percent).
 
     python tools/model_host_profile.py --model vit_s16 --batch 64 --mode train --variants eager,dyt
+    python tools/model_host_profile.py --model narrow --batch 2 --parts --variants norm,dyt,dyt-frozen-alpha
+
+--parts times a training step's parts instead (zero_grad, forward under autocast, backward, the
+optimizer's step), the variants interleaved step by step, and prints the median of each part and each
+variant's median per-step ratio to the first variant's. dyt-frozen-alpha is dyt with every DyT's alpha
+frozen (requires_grad False: no gradient accumulated, no optimizer state), what the third parameter costs.
 """
 
 import argparse
@@ -65,6 +71,62 @@ def python_table(step, n: int, top: int) -> str:
     return "\n".join("  " + line for line in out.getvalue().splitlines() if line.strip())
 
 
+PARTS = ("zero_grad", "forward", "backward", "optimizer")
+FROZEN_ALPHA = "dyt-frozen-alpha"
+
+
+def timed_parts(spec, prep, data, device: str) -> list[float]:
+    """One training step from an idle GPU, as the model benchmark's: host ms of each of PARTS."""
+    _sync()
+    marks = [time.perf_counter()]
+    prep.opt.zero_grad(set_to_none=True)
+    marks.append(time.perf_counter())
+    with torch.autocast(device, dtype=getattr(torch, model_bench.AUTOCAST)):
+        loss = spec.loss(prep.runner, data)
+    marks.append(time.perf_counter())
+    loss.backward()
+    marks.append(time.perf_counter())
+    prep.opt.step()
+    marks.append(time.perf_counter())
+    return [(b - a) * 1e3 for a, b in zip(marks, marks[1:], strict=False)]
+
+
+def parts_table(spec, preps: dict, data, device: str, steps: int) -> str:
+    """Each variant's median host ms per part over `steps` steps interleaved with the other variants'
+    (the order rotating), and its median per-step ratio to the first variant's whole step."""
+    names = list(preps)
+    for name in names:
+        for _ in range(3):
+            timed_parts(spec, preps[name], data, device)
+    times = {name: [] for name in names}
+    for i in range(steps):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(timed_parts(spec, preps[name], data, device))
+    lines = [f"  {'variant':18s} " + " ".join(f"{p:>9s}" for p in PARTS) + f" {'step':>9s} {'ratio':>6s}"]
+    first = [sum(t) for t in times[names[0]]]
+    for name in names:
+        cells = [statistics.median(t[k] for t in times[name]) for k in range(len(PARTS))]
+        whole = [sum(t) for t in times[name]]
+        ratio = statistics.median(a / b for a, b in zip(first, whole, strict=True))
+        lines.append(f"  {name:18s} " + " ".join(f"{c:9.3f}" for c in cells)
+                     + f" {statistics.median(whole):9.3f} {ratio:6.3f}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def prepare(base, name: str, device: str, settings):
+    """model_bench's variant, or dyt with its alphas frozen (FROZEN_ALPHA)."""
+    import dyt
+
+    variant = model_bench.VARIANTS["dyt" if name == FROZEN_ALPHA else name]
+    prep = model_bench._prepare(base, variant, device, settings)
+    if name == FROZEN_ALPHA:
+        for module in prep.model.modules():
+            if isinstance(module, dyt.DyT):
+                module.alpha.requires_grad_(False)
+    return prep
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="vit_s16", choices=list(model_bench.model_specs()))
@@ -76,6 +138,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--python", action="store_true", help="add cProfile's table per variant")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test")
+    parser.add_argument("--parts", action="store_true", help="time a training step's parts (see above)")
+    parser.add_argument("--part-steps", type=int, default=120, help="--parts: timed steps per variant")
     args = parser.parse_args()
 
     spec = model_bench.model_specs()[args.model]
@@ -84,9 +148,15 @@ def main() -> None:
     data = {k: t.to(args.device) for k, t in spec.batch(args.batch, torch.Generator().manual_seed(0)).items()}
     settings = model_bench.Settings()
     variants = args.variants.split(",")
+    if args.parts:
+        preps = {name: prepare(base, name, args.device, settings) for name in variants}
+        print(f"{spec.title} batch {args.batch} train: host ms per part of a step (median of "
+              f"{args.part_steps} steps interleaved)")  # fmt: skip
+        print(parts_table(spec, preps, data, args.device, args.part_steps))
+        return
     steps = {}
     for name in variants:
-        prep = model_bench._prepare(base, model_bench.VARIANTS[name], args.device, settings)
+        prep = prepare(base, name, args.device, settings)
         steps[name] = (model_bench._step_fn(spec, prep, args.mode, data, args.device), prep.replaced)
         for _ in range(5):
             steps[name][0]()
