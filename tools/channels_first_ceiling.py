@@ -1,6 +1,7 @@
 """What torch's own elementwise kernels reach at the channels-first shapes' bytes, beside dyt's
 channels-first forward and backward: CUDA-graph replays of a copy of x (two tensors' bytes, as dyt's
-forward moves) and of x + dy into a third tensor (three, as dyt's backward), interleaved in three rounds,
+forward moves) and of x + dy into a third tensor (three, as dyt's backward), and dyt's row kernels on the
+same bytes as rows of 4096 ("rows": what the shape's width costs), interleaved in three rounds,
 the middle time of each, and the rate against a 1 GiB copy's. At these sizes part of the data stays in
 the L2 cache between replays, so a rate can pass the big copy's. Needs a CUDA GPU.
 
@@ -36,6 +37,8 @@ def calls(shape):
         torch.randn(C, device="cuda"),
         torch.randn(C, device="cuda"),
     )
+    rows, rows_dy = x.view(-1, 4096), dy.view(-1, 4096)
+    rows_g, rows_b = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
     return {
         "copy": (lambda: out.copy_(x), 2),
         "add": (lambda: torch.add(x, dy, out=out), 3),
@@ -44,6 +47,8 @@ def calls(shape):
             lambda: launcher.backward(dy, x, a, g, x.dtype, f32, f32, f32, channels_first=True),
             3,
         ),
+        "dyt rows fwd": (lambda: launcher.forward(rows, a, rows_g, rows_b, x.dtype), 2),
+        "dyt rows bwd": (lambda: launcher.backward(rows_dy, rows, a, rows_g, x.dtype, f32, f32, f32), 3),
     }
 
 
