@@ -76,7 +76,7 @@ FROZEN_ALPHA = "dyt-frozen-alpha"
 
 
 def timed_parts(spec, prep, data, device: str) -> list[float]:
-    """One training step from an idle GPU, as the model benchmark's: host ms of each of PARTS."""
+    """One training step from an idle GPU, the calls of model_bench._step_fn's: host ms of each of PARTS."""
     _sync()
     marks = [time.perf_counter()]
     prep.opt.zero_grad(set_to_none=True)
@@ -141,6 +141,8 @@ def main() -> None:
     parser.add_argument("--parts", action="store_true", help="time a training step's parts (see above)")
     parser.add_argument("--part-steps", type=int, default=120, help="--parts: timed steps per variant")
     args = parser.parse_args()
+    if args.parts and args.mode != "train":
+        parser.error("--parts times training steps: leave --mode at train")
 
     spec = model_bench.model_specs()[args.model]
     torch.manual_seed(0)
@@ -150,6 +152,8 @@ def main() -> None:
     variants = args.variants.split(",")
     if args.parts:
         preps = {name: prepare(base, name, args.device, settings) for name in variants}
+        for prep in preps.values():
+            prep.model.train()
         print(f"{spec.title} batch {args.batch} train: host ms per part of a step (median of "
               f"{args.part_steps} steps interleaved)")  # fmt: skip
         print(parts_table(spec, preps, data, args.device, args.part_steps))
