@@ -229,7 +229,7 @@ PY
   fi
   bench_rc=0
   run_step "${bench_cmd[@]}" || bench_rc=$?
-  if [[ $bench_rc -eq 3 ]]; then  # dyt.service.bench.STOPPED: SIGTERM or Ctrl-C; the rows so far are written
+  if [[ $bench_rc -eq 3 ]]; then  # dyt.service.run_control.STOPPED: SIGTERM or Ctrl-C; the rows so far are written
     what="bench stopped early (exit 3): its rows so far are in $REPORTS/perf/ (\"incomplete\")"
     if [[ -n "$baseline" ]]; then
       gate_failed=1

@@ -371,8 +371,9 @@ def test_entry_gates_against_this_gpus_baseline(entry):
 
 
 def test_entry_names_a_stopped_bench(entry):
-    """Exit 3 from the bench (dyt.bench.STOPPED: a time limit's SIGTERM) says so: its rows so far are
-    written and the gate did not run, an error where there was a gate to run (DYT_GATE=warn: a warning)."""
+    """Exit 3 from the bench (dyt.service.run_control.STOPPED: a time limit's SIGTERM) says so: its rows so
+    far are written and the gate did not run, an error where there was a gate to run (DYT_GATE=warn: a
+    warning)."""
     proc, _ = entry(STUB_BENCH_RC="3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "bench stopped early (exit 3)" in proc.stdout + proc.stderr

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from dyt.service import bench, gate, model_bench, report
-from dyt.service.bench import BenchStopped
 from dyt.service.peers import ChannelsFirst, EagerDyT
+from dyt.service.run_control import BenchStopped
 
 pytestmark = pytest.mark.tooling
 

@@ -23,7 +23,7 @@ import pytest
 # The report reads JUnit through junitparser (the `report` extra); a GPU box running in place may lack it.
 pytest.importorskip("junitparser", reason="the report extra is not installed: pip install -e .[report]")
 
-from dyt.service import bench, gate, records, report  # noqa: E402
+from dyt.service import bench, gate, records, report, run_control  # noqa: E402
 
 pytestmark = pytest.mark.tooling
 
@@ -398,7 +398,7 @@ def test_a_stopped_bench_keeps_the_rows_it_finished():
     def timer(fn, grads):
         calls.append(1)
         if len(calls) == 4:  # the second case's backward: its forward row is done
-            bench._stop_on_signal(signal.SIGTERM, None)
+            run_control.stop_on_signal(signal.SIGTERM, None)
         return inner(fn, grads)
 
     cases = [
@@ -411,14 +411,14 @@ def test_a_stopped_bench_keeps_the_rows_it_finished():
     assert [(r["M"], r["mode"]) for r in records] == [(32, "fwd"), (32, "bwd"), (64, "fwd")]
     assert all(r["error"] is None and r["median_ms"] > 0 for r in records)
     calls.clear()
-    with pytest.raises(bench.BenchStopped):
+    with pytest.raises(run_control.BenchStopped):
         bench.run_all(cases, ["eager"], ["fwd", "bwd"], "cpu", timer, 100.0, 0)
 
 
 def test_sigterm_raises_bench_stopped_where_the_bench_installs_it():
-    previous = signal.signal(signal.SIGTERM, bench._stop_on_signal)
+    previous = signal.signal(signal.SIGTERM, run_control.stop_on_signal)
     try:
-        with pytest.raises(bench.BenchStopped, match="SIGTERM"):
+        with pytest.raises(run_control.BenchStopped, match="SIGTERM"):
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)  # the handler runs at the next bytecode; never this long
     finally:

@@ -31,6 +31,7 @@ from typing import Any
 
 from dyt.service.gate import gate_files
 from dyt.service.records import json_safe, perf_path, record_key
+from dyt.service.run_control import STOPPED, BenchStopped, error_text, progress, stop_on_signal
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 HALF_DTYPES = ("bfloat16", "float16")
@@ -333,12 +334,6 @@ def _free(device) -> None:
         torch.cuda.empty_cache()
 
 
-def _error_text(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first[:300]
-
-
 def _record(provider: str, case: Case, mode: str) -> dict[str, Any]:
     return {
         "provider": provider,
@@ -380,7 +375,7 @@ def run_case(
         ref = reference(inputs)
         _sync(device)
     except Exception as exc:  # noqa: BLE001 - OOM or a bad shape: every record of the case says why
-        setup_error = f"inputs: {_error_text(exc)}"
+        setup_error = f"inputs: {error_text(exc)}"
     if setup_error is not None:  # freed outside the except block: the traceback pins the tensors
         inputs = ref = None
         _free(device)
@@ -391,13 +386,13 @@ def run_case(
             try:
                 fn = factories[provider]()
             except Exception as exc:  # noqa: BLE001 - a missing peer is a row, not a crash
-                provider_error = f"unavailable: {_error_text(exc)}"
+                provider_error = f"unavailable: {error_text(exc)}"
         if provider_error is None:
             try:
                 errs, cold = measure_errors(fn, inputs, ref, device)
                 _sync(device)
             except Exception as exc:  # noqa: BLE001
-                provider_error = _error_text(exc)
+                provider_error = error_text(exc)
             if provider_error is not None:
                 _free(device)
         for mode in modes:
@@ -410,7 +405,7 @@ def run_case(
                 try:
                     _measure_mode(rec, fn, mode, inputs, device, timer, elem_bytes, ceiling_gbps)
                 except Exception as exc:  # noqa: BLE001
-                    rec["error"] = _error_text(exc)
+                    rec["error"] = error_text(exc)
                 if rec["error"]:
                     _free(device)
                 wanted = {k: errs[k] for k in MODE_ERRORS[mode] if k in errs}
@@ -442,7 +437,7 @@ def _measure_mode(rec, fn, mode, inputs, device, timer, elem_bytes, ceiling_gbps
             if ceiling_gbps:
                 rec["graph_ratio_to_ceiling"] = rec["graph_gbps"] / ceiling_gbps
         except Exception as exc:  # a provider that cannot be captured keeps its do_bench time
-            rec["graph_error"] = _error_text(exc)
+            rec["graph_error"] = error_text(exc)
 
 
 def graph_time_ms(fn, mode: str, inputs, reps: int = 20, replays: int = 7) -> float:
@@ -607,7 +602,7 @@ def main(args: argparse.Namespace) -> int:
         graph = f", {c['graph_gbps']:.0f} GB/s in graph replays" if "graph_gbps" in c else ""
         print(f"copy moving {c['bytes_moved'] / 1e6:.0f} MB: {c['gbps']:.0f} GB/s{graph}", file=sys.stderr)
     stopped: list[str] = []
-    previous = signal.signal(signal.SIGTERM, _stop_on_signal)  # `timeout` running out: keep what is measured
+    previous = signal.signal(signal.SIGTERM, stop_on_signal)  # `timeout` running out: keep what is measured
     try:
         records = run_all(cases, providers, modes, device, timer, ceiling["gbps"], args.seed, stopped)
     finally:
@@ -684,18 +679,6 @@ def write_perf(path: Path, report: dict, append: bool = False) -> dict:
     return report
 
 
-STOPPED = 3  # the exit status of a bench stopped early (its rows so far written, no gate)
-
-
-class BenchStopped(BaseException):
-    """Raised by SIGTERM in the measuring loop. A BaseException, so that no row's `except Exception` (which
-    turns a failing provider into a row) swallows it."""
-
-
-def _stop_on_signal(signum, frame):
-    raise BenchStopped(signal.Signals(signum).name)
-
-
 def run_all(
     cases, providers, modes, device, timer, ceiling_gbps, seed, stopped: list | None = None
 ) -> list[dict]:
@@ -703,7 +686,7 @@ def run_all(
     BenchStopped (SIGTERM) or Ctrl-C ends the loop instead of the process: the rows finished so far, those
     of the case it was in included, come back, and the signal's name goes into `stopped`."""
     total = len(cases) * len(providers) * len(modes)
-    bar = _progress(total)
+    bar = progress(total)
     records: list[dict] = []
     case_rows: list[dict] = []
 
@@ -734,22 +717,3 @@ def cold_starts(records: list[dict]) -> dict[str, float]:
         if rec.get("first_call_s") is not None and rec["provider"] not in cold:
             cold[rec["provider"]] = rec["first_call_s"]
     return cold
-
-
-class _NoBar:
-    def update(self, n=1):
-        pass
-
-    def set_postfix_str(self, s):
-        pass
-
-    def close(self):
-        pass
-
-
-def _progress(total: int):
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return _NoBar()
-    return tqdm(total=total, desc="bench", unit="row", dynamic_ncols=True)

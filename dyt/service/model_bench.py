@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dyt.service.bench import STOPPED, BenchStopped, _error_text, _progress, _stop_on_signal
 from dyt.service.gate import gate_files
 from dyt.service.records import json_safe, load_perf, perf_path
+from dyt.service.run_control import STOPPED, BenchStopped, error_text, progress, stop_on_signal
 
 MODES = ("train", "infer")
 AUTOCAST = "bfloat16"
@@ -491,11 +491,11 @@ def run_model_case(case: Case, variants: list[str], modes: list[str], device, cl
         data = {k: t.to(device) for k, t in case.spec.batch(case.batch, gen).items()}
     except ImportError as exc:
         all_rows(
-            variants, skipped=f"{case.spec.title} needs a library that does not import: {_error_text(exc)}"
+            variants, skipped=f"{case.spec.title} needs a library that does not import: {error_text(exc)}"
         )
         return rows
     except Exception as exc:  # noqa: BLE001 - a model that cannot be built is a row per variant
-        all_rows(variants, error=f"build: {_error_text(exc)}")
+        all_rows(variants, error=f"build: {error_text(exc)}")
         _free(device)
         return rows
     norms = _norm_names(base)
@@ -513,9 +513,9 @@ def run_model_case(case: Case, variants: list[str], modes: list[str], device, cl
         try:
             prepared[name] = _prepare(base, VARIANTS[name], device, settings)
         except ImportError as exc:
-            failed[name] = {"skipped": f"unavailable: {_error_text(exc)}"}
+            failed[name] = {"skipped": f"unavailable: {error_text(exc)}"}
         except Exception as exc:  # noqa: BLE001
-            failed[name] = {"error": f"setup: {_error_text(exc)}"}
+            failed[name] = {"error": f"setup: {error_text(exc)}"}
             _free(device)
     del base
     try:
@@ -549,7 +549,7 @@ def _run_mode(case, mode, variants, prepared, failed, data, norms, device, clock
             prep.peak_mb[mode] = clock.peak_mb(step)
             steps[name] = step
         except Exception as exc:  # noqa: BLE001 - OOM, a launch failure, a compile error: a row
-            errors[name] = {"error": _error_text(exc)}
+            errors[name] = {"error": error_text(exc)}
             _free(device)
     timed = {name: {"round_ms": [], "ms": [], "host": []} for name in steps}
     try:
@@ -560,7 +560,7 @@ def _run_mode(case, mode, variants, prepared, failed, data, norms, device, clock
                 try:
                     times = [clock.time(steps[name]) for _ in range(settings.steps)]
                 except Exception as exc:  # noqa: BLE001
-                    errors[name] = {"error": _error_text(exc)}
+                    errors[name] = {"error": error_text(exc)}
                     _free(device)
                     continue
                 slot = timed[name]
@@ -619,7 +619,7 @@ def run_all(cases: list[Case], variants: list[str], modes: list[str], device, cl
     BenchStopped (SIGTERM, the time limit) or Ctrl-C ends the loop: the rows finished come back, and the
     reason goes into `stopped`; without one, it propagates."""
     per_case = {c: [v for v in variants if VARIANTS[v].compiled == c.compiled] for c in cases}
-    bar = _progress(sum(len(v) * len(modes) for v in per_case.values()))
+    bar = progress(sum(len(v) * len(modes) for v in per_case.values()))
     getattr(bar, "set_description", lambda _: None)("models")
     rows: list[dict] = []
 
@@ -705,7 +705,7 @@ def main(args: argparse.Namespace) -> int:
     cases = plan_cases([specs[n] for n in names], variants, args.compile_cases)
     env = collect_env(seeds={"model_bench": args.seed})
     stopped: list[str] = []
-    handlers = {signal.SIGTERM: signal.signal(signal.SIGTERM, _stop_on_signal)}
+    handlers = {signal.SIGTERM: signal.signal(signal.SIGTERM, stop_on_signal)}
     if args.time_limit:
         handlers[signal.SIGALRM] = signal.signal(signal.SIGALRM, _stop_on_time_limit)
         signal.setitimer(signal.ITIMER_REAL, float(args.time_limit))
