@@ -31,8 +31,9 @@ FINISH_TILE = 16384
 FINISH_MIN_BLOCK_N = 16  # 64-byte float32 row segments: two 32-byte sectors, no waste
 FINISH_MAX_BLOCK_N = 256
 FINISH_NUM_WARPS = 8
-# Backward partial sums may cost at most this fraction of the backward's main traffic (x, dy, dx).
-PARTIAL_TRAFFIC_BUDGET = 0.018
+# A backward program takes at least this many row tiles where the problem has more than one tile per SM:
+# programs of one tile measured slower on the smallest problems (docs/kernels.md, "Backward main kernel").
+MIN_TILES_PER_PROGRAM = 2
 # Each lane of a backward program adds one float32 term per tile. Each addition rounds by at most 2^-24 of
 # the running sum, so n terms of one sign add up to at most (n + 1) / 2 * 2^-24 of the total: runs of 256
 # tiles keep that at 7.7e-6, under the parameter gradients' 1e-5. A program restarts its sums every
@@ -465,8 +466,7 @@ def plan_backward(
     A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles. Contiguous
     rows fold like the forward's, 768 into 3072 too; where the wide rows' column blocks do not hold whole
     copies of the true width (768 in rows of 3072), a program writes N // gamma_period times more partials,
-    and where the partial budget then allows fewer programs than the rows unfolded get, they stay unfolded
-    (docs/kernels.md, "Folded rows"). channel_span L > 1: channels-first rows, as plan_forward's; they do
+    and where the rows unfolded get more programs, they stay unfolded (docs/kernels.md, "Folded rows"). channel_span L > 1: channels-first rows, as plan_forward's; they do
     not fold, and their column blocks write per-channel sums (CHANNEL_SLOTS)."""
     row_strides = (N if x_stride is None else x_stride, N if dy_stride is None else dy_stride, N)
     table = table_of(target, overrides)
@@ -534,14 +534,13 @@ def _plan_backward_view(
     slots = channel_slots(tile[1], span) if span else 0
     partial_width = tile[2] * slots if span else N
     n_tiles = max(1, cdiv(M, tile[0]))
-    # Each row group writes and the finish kernel reads 2 x partial_width float32 partials: cap the groups
-    # so that this stays under the budget (3 * M * N * itemsize bytes of main traffic).
-    budget_groups = int(PARTIAL_TRAFFIC_BUDGET * 3 * M * itemsize / 16 * (N / partial_width))
-    # The budget binds at bandwidth shapes; a small problem still gets one program per SM (2048 x 4096 bf16
-    # would otherwise run 52 programs on 132 SMs), its partials being cheap in time if not in ratio.
-    floor_groups = cdiv(target.sm_count, tile[2])
+    # The table's programs per SM. Plain rows take fewer where programs would run under
+    # MIN_TILES_PER_PROGRAM tiles, but one per SM where the tiles allow (4096 x 64 bf16 would otherwise run
+    # 32 programs on 132 SMs); channels-first grids stay the table's (tune --channels-first chose them).
     wanted = (entry["programs_per_sm"] * target.sm_count) // tile[2]
-    target_groups = max(1, min(wanted, max(budget_groups, floor_groups), n_tiles))
+    if not span:
+        wanted = min(wanted, max(cdiv(n_tiles, MIN_TILES_PER_PROGRAM), cdiv(target.sm_count, tile[2])))
+    target_groups = max(1, min(wanted, n_tiles))
     tiles_per_program = cdiv(n_tiles, target_groups)
     n_groups = cdiv(n_tiles, tiles_per_program)
     fields = _tile_fields(entry, view, tile, n_groups, target, overrides, "backward")

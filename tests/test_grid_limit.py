@@ -68,15 +68,18 @@ def test_narrow_rows_are_tiled_several_per_program(width, itemsize, contiguous):
     assert fwd.grid[0] <= 2**20 // 4, "forward launches one program per row or close to it"
 
 
-@pytest.mark.parametrize(("rows", "folds"), [(2**26 // 768, True), (50432, False)])
-def test_copy_folds_keep_the_programs_the_rows_unfolded_get(rows, folds):
-    """768 columns fold into rows of 3072 whose partial rows are copies to add up, four times the partials
-    per program: the backward folds only where the partial budget still allows as many programs as the
-    rows unfolded get (the forward folds power-of-two widths only)."""
-    fwd, bwd = _plans(rows, 768, 2)
+@pytest.mark.parametrize(
+    ("rows", "width", "folds"), [(2**26 // 768, 768, True), (50432, 768, True), (12608, 384, False)]
+)
+def test_copy_folds_keep_the_programs_the_rows_unfolded_get(rows, width, folds):
+    """768 and 384 columns fold into rows of 3072 whose partial rows are copies to add up: the backward
+    folds only where that gives at least as many programs as the rows unfolded get (12608 x 384: 237
+    folded against 396 unfolded; the forward folds power-of-two widths only)."""
+    fwd, bwd = _plans(rows, width, 2)
     assert fwd.gamma_period == 0
-    assert bwd.gamma_period == (768 if folds else 0) and bwd.ragged == (folds and rows % 4 != 0), bwd
-    unfolded = _plans(rows, 768, 2, row_stride=1536)[1]  # padded rows: never folded
+    fold = 3072 // width
+    assert bwd.gamma_period == (width if folds else 0) and bwd.ragged == (folds and rows % fold != 0), bwd
+    unfolded = _plans(rows, width, 2, row_stride=2 * width)[1]  # padded rows: never folded
     assert unfolded.gamma_period == 0 and bwd.grid[0] >= unfolded.grid[0], (bwd, unfolded)
 
 
@@ -126,12 +129,34 @@ def test_folded_copies_are_added_in_registers_only_where_many(itemsize):
 
 @pytest.mark.parametrize(("rows", "width"), [(2048, 4096), (4096, 256), (4096, 64), (6304, 768)])
 def test_small_problems_still_fill_the_gpu(rows, width):
-    """The partial-traffic budget would leave most SMs idle on small problems (52 programs for 2048 x 4096
-    bf16 on an H200's 132 SMs); they keep at least one program per SM where they have the tiles."""
+    """Programs of planner.MIN_TILES_PER_PROGRAM tiles would leave most SMs idle on small problems (32
+    programs for 4096 x 256 bf16 on an H200's 132 SMs); they keep at least one program per SM where they
+    have the tiles."""
     for itemsize in (2, 4):
         bwd = planner.plan_backward(rows, width, itemsize, target=SM90)
         n_tiles = -(-bwd.M // bwd.BLOCK_M) * bwd.n_col_blocks  # tiles of the view (folded rows: fewer)
         assert bwd.grid[0] >= min(128, n_tiles), f"{rows}x{width} x{itemsize} B: {bwd.grid[0]} programs"
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize(
+    ("rows", "width"), [(4096, 4096), (2048, 8192), (16384, 1024), (262144, 64), (12608, 320), (8191, 768)]
+)
+def test_mid_size_backwards_run_more_than_one_program_per_sm(rows, width, itemsize):
+    """From about 2^22 elements a backward has the tiles for the table's programs per SM (2 or more) in
+    programs of MIN_TILES_PER_PROGRAM tiles or more, and gets them: a cap on partial traffic that held
+    these at one program per SM cost them 4-47% (docs/kernels.md, "Backward main kernel")."""
+    bwd = planner.plan_backward(rows, width, itemsize, target=SM90)
+    assert bwd.grid[0] >= 1.9 * SM90.sm_count, f"{rows}x{width} x{itemsize} B: {bwd.grid[0]} programs"
+    assert bwd.tiles_per_program >= planner.MIN_TILES_PER_PROGRAM, bwd
+
+
+@pytest.mark.parametrize(("rows", "width", "itemsize"), [(4096, 64, 4), (4096, 256, 2)])
+def test_programs_run_more_than_one_tile_where_the_problem_has_them(rows, width, itemsize):
+    """Where the table's programs per SM would leave each program one tile (4096 x 64 fp32: 256 programs),
+    the backward runs programs of two tiles (MIN_TILES_PER_PROGRAM), still one per SM or more."""
+    bwd = planner.plan_backward(rows, width, itemsize, target=SM90)
+    assert bwd.tiles_per_program >= 2 and bwd.grid[0] >= 128, bwd
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
