@@ -466,8 +466,9 @@ def plan_backward(
     A persistent grid: about programs_per_sm x SM count programs, each over a run of row tiles. Contiguous
     rows fold like the forward's, 768 into 3072 too; where the wide rows' column blocks do not hold whole
     copies of the true width (768 in rows of 3072), a program writes N // gamma_period times more partials,
-    and where the rows unfolded get more programs, they stay unfolded (docs/kernels.md, "Folded rows"). channel_span L > 1: channels-first rows, as plan_forward's; they do
-    not fold, and their column blocks write per-channel sums (CHANNEL_SLOTS)."""
+    and where the rows unfolded get more programs, they stay unfolded (docs/kernels.md, "Folded rows").
+    channel_span L > 1: channels-first rows, as plan_forward's; they do not fold, and their column blocks
+    write per-channel sums (CHANNEL_SLOTS)."""
     row_strides = (N if x_stride is None else x_stride, N if dy_stride is None else dy_stride, N)
     table = table_of(target, overrides)
     span = _span(channel_span, N)
@@ -532,7 +533,6 @@ def _plan_backward_view(
         entry = _channels_first_entry(entry, span)
     tile = tile_shape(entry, N)
     slots = channel_slots(tile[1], span) if span else 0
-    partial_width = tile[2] * slots if span else N
     n_tiles = max(1, cdiv(M, tile[0]))
     # The table's programs per SM. Plain rows take fewer where programs would run under
     # MIN_TILES_PER_PROGRAM tiles, but one per SM where the tiles allow (4096 x 64 bf16 would otherwise run
