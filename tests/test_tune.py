@@ -38,6 +38,31 @@ def test_every_candidate_plans(mode, width):
         assert plan.n_col_blocks * plan.BLOCK_N >= width, entry
 
 
+@pytest.mark.parametrize("mode", ["fwd", "bwd"])
+@pytest.mark.parametrize("width", [w or 16384 for w in tune.WIDTH_BUCKETS])
+def test_candidates_are_timed_on_unfolded_rows_of_their_width(mode, width):
+    """Contiguous rows of 64-512 columns (and of 768 in the backward) fold into wider rows, which take the
+    wider rows' entry: a bucket's own entry runs unfolded rows of its width, so the tuner times its
+    candidates on those, padded apart where contiguous rows would fold."""
+    rows, n, stride = tune.timing_rows(mode, width, tune.BANDWIDTH_ELEMENTS)
+    assert (rows, n) == (tune.BANDWIDTH_ELEMENTS // width, width)
+    pow2 = width & (width - 1) == 0
+    assert (stride != width) == (width < 1024 and (pow2 or mode == "bwd")), stride
+    for entry in tune.candidates(mode, width)[:4]:
+        table = {m: {b: [entry] for b in tune.BUCKET_DTYPES} for m in ("fwd", "bwd")}
+        over = planner.Overrides(table=table)
+        for itemsize in (2, 4):
+            if mode == "fwd":
+                plan = planner.plan_forward(
+                    rows, width, itemsize, x_stride=stride, target=SM90, overrides=over
+                )
+            else:
+                plan = planner.plan_backward(
+                    rows, width, itemsize, x_stride=stride, target=SM90, overrides=over
+                )
+            assert (plan.M, plan.N, plan.gamma_period) == (rows, width, 0), plan
+
+
 def test_the_backward_tries_column_blocks_from_2048():
     """One 2048-wide block ran far below 1024-wide blocks in the backward (docs/kernels.md, "Backward main
     kernel"): the backward's candidates split rows from 2048 on."""

@@ -315,15 +315,30 @@ def _time(mode, entry, bucket, x, dy, alpha, gamma, beta):
             return float("inf")
 
 
-def _rows_inputs(bucket: str, width: int, elements: int) -> tuple:
-    """(x, dy, alpha, gamma, beta) on the GPU in the bucket's dtype: `elements` elements in rows of width."""
+# Elements between rows that would fold otherwise: 128 bytes in bf16, so that each row stays aligned.
+FOLD_PAD = 64
+
+
+def timing_rows(mode: str, width: int, elements: int) -> tuple[int, int, int]:
+    """(rows, width, row stride) of x for timing a bucket's candidates: `elements` elements in rows of width,
+    the rows FOLD_PAD elements apart where contiguous ones would fold (dyt.planner.fold_factor: 64-512 in
+    both modes, 768 in the backward). A bucket's entry runs unfolded rows of its width (folded rows take the
+    wider rows' entry), so that is what its candidates are timed on."""
+    rows = elements // width
+    folds = planner.fold_factor(rows, width, (width,) * 3, powers_of_two_only=mode == "fwd") > 1
+    return rows, width, width + FOLD_PAD if folds else width
+
+
+def _rows_inputs(mode: str, bucket: str, width: int, elements: int) -> tuple:
+    """(x, dy, alpha, gamma, beta) on the GPU in the bucket's dtype: x as timing_rows says, dy contiguous."""
     import torch
 
     dtype = getattr(torch, BUCKET_DTYPES[bucket])
-    x = torch.randn(elements // width, width, device="cuda", dtype=dtype)
+    rows, width, stride = timing_rows(mode, width, elements)
+    x = torch.randn(rows, stride, device="cuda", dtype=dtype)[:, :width]
     params = [torch.full((1,), 0.5, device="cuda", dtype=dtype)]
     params += [torch.randn(width, device="cuda", dtype=dtype) for _ in range(2)]
-    return (x, torch.randn_like(x), *params)
+    return (x, torch.randn(rows, width, device="cuda", dtype=dtype), *params)
 
 
 _ROWS_INPUTS: dict = {}
@@ -332,7 +347,7 @@ _ROWS_INPUTS: dict = {}
 def _time_rows(mode: str, bucket: str, entry: dict, elements: int) -> float:
     """_time of this entry on `elements` elements in rows of its max_width (16384 for the last), the
     inputs of the last shape kept for the next call (poly_choice times one entry ten times a shape)."""
-    key = (bucket, entry["max_width"] or 16384, elements)
+    key = (mode, bucket, entry["max_width"] or 16384, elements)
     if key not in _ROWS_INPUTS:
         _ROWS_INPUTS.clear()
         _ROWS_INPUTS[key] = _rows_inputs(*key)
@@ -378,7 +393,7 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
                     print(f"{mode} {bucket} width<={max_width} keeps its current entry")
                     entries.append(current | {"max_width": max_width})
                     continue
-                inputs = _rows_inputs(bucket, width, BANDWIDTH_ELEMENTS)
+                inputs = _rows_inputs(mode, bucket, width, BANDWIDTH_ELEMENTS)
                 x = inputs[0]
                 timed = [(_time(mode, c, bucket, *inputs), c) for c in candidates(mode, width)]
                 ms, best = min(timed, key=lambda t: t[0])
