@@ -130,7 +130,7 @@ def test_folded_copies_are_added_in_registers_only_where_many(itemsize):
 @pytest.mark.parametrize(("rows", "width"), [(2048, 4096), (4096, 256), (4096, 64), (6304, 768)])
 def test_small_problems_still_fill_the_gpu(rows, width):
     """Programs of planner.MIN_TILES_PER_PROGRAM tiles would leave most SMs idle on small problems (32
-    programs for 4096 x 256 bf16 on an H200's 132 SMs); they keep at least one program per SM where they
+    programs for 4096 x 64 bf16 on an H200's 132 SMs); they keep at least one program per SM where they
     have the tiles."""
     for itemsize in (2, 4):
         bwd = planner.plan_backward(rows, width, itemsize, target=SM90)
