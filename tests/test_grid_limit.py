@@ -144,8 +144,8 @@ def test_small_problems_still_fill_the_gpu(rows, width):
 )
 def test_mid_size_backwards_run_more_than_one_program_per_sm(rows, width, itemsize):
     """From about 2^22 elements a backward has the tiles for the table's programs per SM (2 or more) in
-    programs of MIN_TILES_PER_PROGRAM tiles or more, and gets them: a cap on partial traffic that held
-    these at one program per SM cost them 4-47% (docs/kernels.md, "Backward main kernel")."""
+    programs of MIN_TILES_PER_PROGRAM tiles or more, and gets them, not the one program per SM that a cap
+    on partial traffic held them to (docs/kernels.md, "Backward main kernel", Ruled out)."""
     bwd = planner.plan_backward(rows, width, itemsize, target=SM90)
     assert bwd.grid[0] >= 1.9 * SM90.sm_count, f"{rows}x{width} x{itemsize} B: {bwd.grid[0]} programs"
     assert bwd.tiles_per_program >= planner.MIN_TILES_PER_PROGRAM, bwd

@@ -26,7 +26,8 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def entry_of(spec: str) -> dict:
-    """The sm90 table's backward entry named bucket:max_width (16bit:512, fp32:none), as planned."""
+    """The sm90 table's backward entry named bucket:max_width (16bit:512, fp32:none): the planner's cached
+    dict itself, so that a change to it plans every later call (main puts the committed value back)."""
     bucket, width = spec.split(":")
     entries = planner.load_table("sm90")["bwd"][bucket]
     return next(e for e in entries if str(e["max_width"]).lower() == width.lower())

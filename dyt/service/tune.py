@@ -35,8 +35,7 @@ TILES = {
     "fwd": [(1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8)],
     "bwd": [(1024, 4), (2048, 4), (4096, 4), (4096, 8)],
 }
-# Column blocks tried for rows wider than WIDE_FROM. The backward also tries 512, its programs numbering
-# (row groups) x (column blocks): the float32 entries' choice.
+# Column blocks tried for rows wider than WIDE_FROM; the backward also tries 512 (the fp32 entries' choice).
 WIDE_BLOCK_N = {"fwd": [1024, 2048, 4096], "bwd": [512, 1024, 2048]}
 WIDE_FROM = {"fwd": 2048, "bwd": 2048}  # fwd from 2048: 1x1024x4 beat 2x2048x8 in fp32 (docs/kernels.md)
 PROGRAMS_PER_SM = [2, 3, 4, 6, 8]  # 2: 4x1024 backward tiles (255 registers, docs/kernels.md)
