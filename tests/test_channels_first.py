@@ -10,6 +10,7 @@ padded tiles, the dtype contract, bitwise repeats and batch invariance, the laun
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -374,15 +375,21 @@ def test_channels_first_rows_take_their_table_variant():
 
 
 def test_channels_first_variants_choose_by_spatial_size():
-    """A list of channels_first fields chooses by the spatial size (max_span); the committed sm90 table
-    has three backward tiles: up to 64, up to 256, and past that."""
+    """A list of channels_first fields chooses by the spatial size (max_span): each choice serves the
+    spans up to its max_span and the next one those past it; the committed sm90 backward is such a list,
+    its neighbours distinct (tune.channels_first_field merges equal ones), the last without a max_span."""
     entry = planner.load_table("sm90")["bwd"]["16bit"][-1]
-    small, middle, large = (planner.channels_first_variant(entry, span) for span in (49, 196, 3136))
-    assert small and small != middle != large and large and "max_span" not in large
-    assert planner.channels_first_variant(entry, 64) == small
-    assert planner.channels_first_variant(entry, 65) == middle
+    choices = entry[planner.CHANNELS_FIRST]
+    assert isinstance(choices, list) and len(choices) >= 2 and choices[-1]["max_span"] is None
+    fields = [{k: v for k, v in c.items() if k != "max_span"} for c in choices]
+    assert all(a != b for a, b in itertools.pairwise(fields)), "neighbouring classes with one choice merge"
     assert planner.channels_first_variant(entry, 0) is None
-    for C, L, chosen in ((768, 49, small), (384, 196, middle), (96, 3136, large)):
+    for i, choice in enumerate(choices[:-1]):
+        assert planner.channels_first_variant(entry, choice["max_span"]) == fields[i]
+        assert planner.channels_first_variant(entry, choice["max_span"] + 1) == fields[i + 1]
+    for C, L in ((768, 49), (384, 196), (192, 784), (96, 3136)):
+        chosen = planner.channels_first_variant(entry, L)
         plan = planner.plan_backward(64, C * L, 2, channel_span=L, target=SM90)
         tile = (chosen.get("BLOCK_M", entry["BLOCK_M"]), chosen.get("BLOCK_N", entry["BLOCK_N"]))
         assert plan.BLOCK_M * plan.BLOCK_N == tile[0] * tile[1] and plan.BLOCK_N <= tile[1], (plan, tile)
+        assert plan.num_warps == chosen.get("num_warps", entry["num_warps"]), (plan, chosen)

@@ -193,6 +193,26 @@ def test_neighbouring_span_classes_with_one_choice_merge():
     assert tune.channels_first_field([(64, b), (256, b), (None, b)]) == b
 
 
+def test_the_channels_first_tune_takes_each_candidates_median_over_rounds():
+    """A candidate slow once (its first call at each shape) and fastest otherwise wins on the median of three
+    interleaved rounds; timed once, the one slow call would hand every class to another candidate."""
+    table = planner.load_table("sm90")
+    steady = tune.CF_CANDIDATES["bwd"][1]
+    calls = {}
+
+    def time_ms(mode, fields, shape):
+        if fields is not steady:
+            return 1.5
+        calls[shape] = calls.get(shape, 0) + 1
+        return 5.0 if calls[shape] == 1 else 1.0
+
+    tuned = tune.tune_channels_first(table, time_ms, modes=["bwd"])
+    assert tuned["bwd"]["16bit"][-1][planner.CHANNELS_FIRST] == steady
+    calls.clear()
+    once = tune.tune_channels_first(table, time_ms, modes=["bwd"], rounds=1)["bwd"]["16bit"][-1]
+    assert once[planner.CHANNELS_FIRST] != steady
+
+
 def test_the_channels_first_tune_writes_the_fastest_candidate_per_class():
     """With a stand-in timer (the real one needs a GPU): each class takes the candidate with the least time
     summed over its shapes, in the widest 16-bit entries only; plans then follow the new fields."""

@@ -55,12 +55,12 @@ BWD_KEPT = ("poly",)
 
 
 # Channels-first: the classes of spatial size L = H x W (a variant's "max_span"; None: any larger) and
-# the (N, C, H, W) shapes each class is timed at (ConvNeXt-T's stages: L = 49, 196, 784, 3136; 3136 also
-# at batch 8, where the larger class's tiles part most).
+# the (N, C, H, W) shapes each class is timed at: ConvNeXt-T's stages (L = 49, 196, 784, 3136) at batch 64
+# (256 at L = 49) and at batch 8 (32 at L = 49), where the tiles' grids part most.
 CF_SHAPES = {
-    64: [(256, 768, 7, 7)],
-    256: [(64, 384, 14, 14)],
-    None: [(64, 96, 56, 56), (64, 192, 28, 28), (8, 96, 56, 56)],
+    64: [(256, 768, 7, 7), (32, 768, 7, 7)],
+    256: [(64, 384, 14, 14), (8, 384, 14, 14)],
+    None: [(64, 96, 56, 56), (64, 192, 28, 28), (8, 96, 56, 56), (8, 192, 28, 28)],
 }
 # The candidate fields ({}: the entry's own tile). The backward's BLOCK_N is cut further by the slot rule
 # (dyt.planner.CF_SLOT_TILE); 1 x 1024 takes 80 registers on 4 warps, so 6 programs fill an SM.
@@ -93,10 +93,15 @@ CF_CANDIDATES = {
         {"BLOCK_M": 2, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 1, "num_stages": 4, "poly": 3},
         {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_warps": 2, "num_stages": 4, "poly": 3},
         {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6, "num_stages": 4, "poly": 3},
-        # one warp: 1 x 256 at L = 49 takes 113 registers in Triton 3.6, so 17 such programs fit an SM
+        # one warp: 1 x 256 at L = 49 takes 113 registers in Triton 3.6, so 17 such programs fit an SM; at
+        # L = 196 72, so 28 fit
         {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 16, "num_stages": 4, **_ONE_WARP},
         {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 12, "num_stages": 4, **_ONE_WARP},
+        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 20, "num_stages": 4, **_ONE_WARP},
+        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_stages": 4, **_ONE_WARP},
         {"BLOCK_M": 1, "BLOCK_N": 128, "programs_per_sm": 24, "num_stages": 4, **_ONE_WARP},
+        # 2 x 256 on one warp takes 161-168 registers in Triton 3.6: 12 programs fit an SM
+        {"BLOCK_M": 2, "BLOCK_N": 256, "programs_per_sm": 12, "num_stages": 4, **_ONE_WARP},
     ],
 }
 
@@ -137,21 +142,36 @@ def channels_first_field(choices: list[tuple[int | None, dict]]):
     return [{"max_span": max_span, **fields} for max_span, fields in merged]
 
 
-def tune_channels_first(table: dict, time_ms, modes=("fwd", "bwd")) -> dict:
+# Rounds in which `--channels-first` times every candidate of a class, one after another: each candidate's
+# time at a shape is the median of its rounds, so that a drift of the GPU's clocks or of the host during
+# one candidate's timing does not decide between candidates within a few percent of each other.
+CF_ROUNDS = 3
+
+
+def tune_channels_first(table: dict, time_ms, modes=("fwd", "bwd"), rounds: int = CF_ROUNDS) -> dict:
     """table with the widest 16-bit entries' channels_first fields retuned in these modes: for each class
     of CF_SHAPES the candidate with the least time summed over the class's shapes (the first of equals),
-    as time_ms(mode, candidate, shape) measures it."""
+    each time the median of `rounds` interleaved rounds of time_ms(mode, candidate, shape)."""
     for mode in modes:
         choices = []
         for max_span, shapes in CF_SHAPES.items():
+            times = {}
+            for _ in range(rounds):
+                for i, c in enumerate(CF_CANDIDATES[mode]):
+                    for shape in shapes:
+                        times.setdefault((i, shape), []).append(time_ms(mode, c, shape))
             timed = [
-                (sum(time_ms(mode, c, shape) for shape in shapes), i)
-                for i, c in enumerate(CF_CANDIDATES[mode])
+                (sum(statistics.median(times[(i, shape)]) for shape in shapes), i)
+                for i in range(len(CF_CANDIDATES[mode]))
             ]
-            ms, best = min(timed)
+            ranked = sorted(timed)
+            (ms, best), runners_up = ranked[0], ranked[1:3]
             fields = CF_CANDIDATES[mode][best]
+            named = [(candidate_name(CF_CANDIDATES[mode][i]), t) for t, i in runners_up]
+            after = ", ".join(f"{name} {t * 1e3:.1f}" for name, t in named)
             print(
-                f"channels_first {mode} L<={max_span}: {candidate_name(fields)} {ms * 1e3:.1f} us, {shapes}"
+                f"channels_first {mode} L<={max_span}: {candidate_name(fields)} {ms * 1e3:.1f} us "
+                f"(then {after}), {shapes}"
             )
             choices.append((max_span, fields))
         table = with_channels_first(table, mode, channels_first_field(choices))
