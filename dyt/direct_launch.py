@@ -87,6 +87,11 @@ class CompiledKernel:
         if tail is not None and compiled is not None and all(hasattr(compiled, f) for f in fields):
             self.cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, tail, compiled)
 
+    def compiled_for(self, spec) -> list:
+        """Every Triton CompiledKernel this launch has run directly, over all tensor signatures and GPUs
+        (`python -m dyt tune` reads their registers and shared memory)."""
+        return [hit[4] for (launch, *_), hit in self.cache.items() if launch == spec]
+
     def compiled(self, spec, tensors: tuple):
         """The Triton CompiledKernel this launch and these tensors' signature run directly (on the tensors'
         GPU), or None where they take the JIT path (dyt.native builds its launch records from it)."""

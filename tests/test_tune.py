@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import types
 
 import pytest
 
@@ -369,3 +371,44 @@ def test_the_poly_note_replaces_the_clause_an_earlier_run_wrote():
         committed.count(tune.POLY_NOTE) == 1
         and tune.poly_note(committed, "fwd,bwd", "x").count("poly (") == 1
     )
+
+
+def _compiled(registers, warps, shared):
+    """A stand-in for Triton's CompiledKernel: what tune.overfull reads of it."""
+    meta = types.SimpleNamespace(num_warps=warps, shared=shared)
+    return types.SimpleNamespace(n_regs=registers, metadata=meta)
+
+
+def test_programs_that_fit_an_sm_follow_registers_threads_programs_and_shared_memory():
+    """sm_90's limits, with the registers Triton 3.6 gives the committed tiles on an H200 (docs/kernels.md,
+    "Channels-first"): the 16-bit 4x1024 backward tile 2 (255 registers), 2 x 256 on one warp 12 (168), 1 x
+    1024 on 4 warps 6 (80); Triton 3.9's 192 and 93 for the last two 10 and 5."""
+    fit = tune.programs_that_fit
+    assert (fit(255, 4, 32768), fit(168, 1, 6144), fit(80, 4, 12288)) == (2, 12, 6)
+    assert (fit(192, 1, 6144), fit(93, 4, 12288)) == (10, 5)
+    assert fit(32, 1, 0) == 32, "at most 32 programs an SM, however few registers"
+    assert fit(32, 8, 0) == 8, "at most 2048 threads an SM"
+    assert fit(32, 1, 100 * 1024) == 2, "shared memory: 228 KiB an SM, 1 KiB of it kept per program"
+    assert fit(255, 4, 0, tune.SmLimits(registers=32768)) == 1
+
+
+def test_a_backward_candidate_whose_programs_do_not_fit_is_named_with_its_registers():
+    limits = tune.SmLimits()
+    assert tune.overfull(12, [_compiled(168, 1, 6144)], limits) is None
+    why = tune.overfull(12, [_compiled(168, 1, 6144), _compiled(192, 1, 6144)], limits)
+    assert why == "12 programs per SM, 10 fit (192 registers, 1 warps, 6144 B shared)"
+
+
+@pytest.mark.gpu_only
+def test_the_tuner_does_not_time_backward_candidates_whose_programs_do_not_fit_an_sm():
+    """On the GPU: the committed 16-bit 512 entry and channels-first tile are timed; the same at more
+    programs per SM than an SM holds at once (threads, programs) are skipped, not timed."""
+    table = planner.load_table("sm90")
+    entry = {**planner.table_entry(table, "bwd", 2, 512), "max_width": None}
+    inputs = tune._rows_inputs("bwd", "16bit", 512, 2**20)
+    assert math.isfinite(tune._time("bwd", entry, "16bit", *inputs))
+    assert tune._time("bwd", {**entry, "programs_per_sm": 32}, "16bit", *inputs) == math.inf
+    tile = {"BLOCK_M": 2, "BLOCK_N": 256, "programs_per_sm": 12, "num_stages": 4, "num_warps": 1, "poly": 3}
+    shape = (8, 384, 14, 14)
+    assert math.isfinite(tune._time_channels_first(table, "bwd", tile, shape))
+    assert tune._time_channels_first(table, "bwd", {**tile, "programs_per_sm": 40}, shape) == math.inf

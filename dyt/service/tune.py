@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import functools
 import json
 import pathlib
@@ -184,7 +185,6 @@ def _time_channels_first(table: dict, mode: str, fields: dict, shape) -> float:
     import torch
 
     from dyt import launcher
-    from dyt.service.bench import replay_median_ms
 
     x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
     dy = torch.randn_like(x)
@@ -192,16 +192,14 @@ def _time_channels_first(table: dict, mode: str, fields: dict, shape) -> float:
     alpha = torch.full((1,), 0.5, device="cuda")
     gamma = torch.randn(shape[1], device="cuda")
     beta = torch.randn(shape[1], device="cuda")
+    what = f"{candidate_name(fields)} at {shape}"
     with launcher.overrides(table=with_channels_first(table, mode, fields)):
         if mode == "fwd":
             fn = lambda: launcher.forward(x, alpha, gamma, beta, x.dtype, channels_first=True)  # noqa: E731
-        else:
-            fn = lambda: launcher.backward(dy, x, alpha, gamma, x.dtype, f32, f32, f32, channels_first=True)  # noqa: E731
-        try:
-            return replay_median_ms(fn, reps=10, replays=5)
-        except Exception as exc:  # a config that does not compile or launch is simply not chosen
-            print(f"  skip {candidate_name(fields)} at {shape}: {type(exc).__name__}: {exc}")
-            return float("inf")
+            return _timed_if_it_fits(fn, what, None, True, x, dy)
+        fn = lambda: launcher.backward(dy, x, alpha, gamma, x.dtype, f32, f32, f32, channels_first=True)  # noqa: E731
+        programs = fields.get("programs_per_sm", table["bwd"]["16bit"][-1]["programs_per_sm"])
+        return _timed_if_it_fits(fn, what, programs, True, x, dy)
 
 
 # `--poly`: the 3-term polynomial costs ~1.2 float32 ulps more near 0, so it is chosen only where the
@@ -315,23 +313,95 @@ def tuned_entry(best: dict, current: dict, max_width: int | None, ms: float, mod
     return {**best, **kept, "max_width": max_width, "median_us": round(ms * 1e3, 2)}
 
 
-def _time(mode, entry, bucket, x, dy, alpha, gamma, beta):
+@dataclasses.dataclass(frozen=True)
+class SmLimits:
+    """What one SM holds at once: registers, threads, programs (thread blocks) and shared memory bytes
+    (sm_90's by default; sm_limits reads a GPU's)."""
+
+    registers: int = 65536
+    threads: int = 2048
+    blocks: int = 32
+    shared_bytes: int = 233472
+
+
+REGISTER_UNIT = 256  # registers are allocated to each warp in units of 256
+SHARED_RESERVED = 1024  # shared memory bytes the driver keeps per program
+# Programs (thread blocks) an SM holds at once, by compute capability; torch does not report it.
+BLOCKS_PER_SM = {(7, 0): 32, (7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 7): 16, (8, 9): 24, (9, 0): 32}
+
+
+def programs_that_fit(registers: int, num_warps: int, shared_bytes: int, limits=SmLimits()) -> int:
+    """How many programs of a compiled kernel (registers per thread, warps, shared memory bytes) an SM runs
+    at once."""
+    per_warp = -(-registers * 32 // REGISTER_UNIT) * REGISTER_UNIT
+    return min(
+        limits.registers // (per_warp * num_warps),
+        limits.threads // (32 * num_warps),
+        limits.blocks,
+        limits.shared_bytes // (shared_bytes + SHARED_RESERVED),
+    )
+
+
+def sm_limits(device) -> SmLimits:
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    return SmLimits(
+        registers=getattr(props, "regs_per_multiprocessor", SmLimits.registers),
+        threads=props.max_threads_per_multi_processor,
+        blocks=BLOCKS_PER_SM.get((props.major, props.minor), 16),
+        shared_bytes=getattr(props, "shared_memory_per_multiprocessor", SmLimits.shared_bytes),
+    )
+
+
+def overfull(programs_per_sm: int, compiled: list, limits: SmLimits) -> str | None:
+    """Why programs_per_sm programs of these compiled kernels (Triton's: n_regs, metadata.num_warps,
+    metadata.shared) do not fit an SM at once, or None where they do. The backward's grid is persistent:
+    programs that do not fit run in a second wave behind the first (docs/kernels.md, "The launch table")."""
+    for kernel in compiled:
+        meta = kernel.metadata
+        fit = programs_that_fit(kernel.n_regs, meta.num_warps, meta.shared, limits)
+        if programs_per_sm > fit:
+            return (
+                f"{programs_per_sm} programs per SM, {fit} fit "
+                f"({kernel.n_regs} registers, {meta.num_warps} warps, {meta.shared} B shared)"
+            )
+    return None
+
+
+def _timed_if_it_fits(fn, what, programs_per_sm: int | None, channels_first: bool, x, dy) -> float:
+    """replay_median_ms of fn (a launch under the candidate's table), or inf with a line saying why where
+    it does not compile or launch, or (programs_per_sm given: a backward) where that many of its main
+    kernel's programs do not fit an SM."""
     from dyt import launcher
     from dyt.service.bench import replay_median_ms
+
+    try:
+        fn()
+        if programs_per_sm is not None:
+            plan = launcher.backward_plan(x, dy, channels_first=channels_first)
+            why = overfull(programs_per_sm, launcher.BACKWARD.compiled_for(plan.main), sm_limits(x.device))
+            if why:
+                print(f"  skip {what}: {why}")
+                return float("inf")
+        # Timed as CUDA-graph replays: the host's launch cost (tens of microseconds on a slow host CPU)
+        # would otherwise swamp the kernels being compared.
+        return replay_median_ms(fn, reps=10, replays=5)
+    except Exception as exc:  # a config that does not compile or launch is simply not chosen
+        print(f"  skip {what}: {type(exc).__name__}: {exc}")
+        return float("inf")
+
+
+def _time(mode, entry, bucket, x, dy, alpha, gamma, beta):
+    from dyt import launcher
 
     table = {"fwd": {bucket: [entry]}, "bwd": {bucket: [entry]}}
     with launcher.overrides(table=table):
         if mode == "fwd":
             fn = lambda: launcher.forward(x, alpha, gamma, beta, x.dtype)
-        else:
-            fn = lambda: launcher.backward(dy, x, alpha, gamma, x.dtype, alpha.dtype, gamma.dtype, beta.dtype)
-        try:
-            # Timed as CUDA-graph replays: the host's launch cost (tens of microseconds on a slow host
-            # CPU) would otherwise swamp the kernels being compared.
-            return replay_median_ms(fn, reps=10, replays=5)
-        except Exception as exc:  # a config that does not compile or launch is simply not chosen
-            print(f"  skip {entry}: {type(exc).__name__}: {exc}")
-            return float("inf")
+            return _timed_if_it_fits(fn, entry, None, False, x, dy)
+        fn = lambda: launcher.backward(dy, x, alpha, gamma, x.dtype, alpha.dtype, gamma.dtype, beta.dtype)
+        return _timed_if_it_fits(fn, entry, entry["programs_per_sm"], False, x, dy)
 
 
 # Elements between rows that would fold otherwise: 128 bytes in bf16, so that each row stays aligned.
