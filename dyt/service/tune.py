@@ -179,9 +179,10 @@ def tune_channels_first(table: dict, time_ms, modes=("fwd", "bwd"), rounds: int 
     return table
 
 
-def _time_channels_first(table: dict, mode: str, fields: dict, shape) -> float:
+def _time_channels_first(table: dict, mode: str, fields: dict, shape, fit: bool = True) -> float:
     """Median ms of launcher.forward / launcher.backward (channels_first=True) on bf16 x with float32
-    parameters of this shape, with this candidate as the widest entry's channels_first field."""
+    parameters of this shape, with this candidate as the widest entry's channels_first field; fit: a
+    backward whose programs per SM do not fit an SM is not timed (inf)."""
     import torch
 
     from dyt import launcher
@@ -199,7 +200,7 @@ def _time_channels_first(table: dict, mode: str, fields: dict, shape) -> float:
             return _timed_if_it_fits(fn, what, None, True, x, dy)
         fn = lambda: launcher.backward(dy, x, alpha, gamma, x.dtype, f32, f32, f32, channels_first=True)  # noqa: E731
         programs = fields.get("programs_per_sm", table["bwd"]["16bit"][-1]["programs_per_sm"])
-        return _timed_if_it_fits(fn, what, programs, True, x, dy)
+        return _timed_if_it_fits(fn, what, programs if fit else None, True, x, dy)
 
 
 # `--poly`: the 3-term polynomial costs ~1.2 float32 ulps more near 0, so it is chosen only where the
@@ -392,7 +393,7 @@ def _timed_if_it_fits(fn, what, programs_per_sm: int | None, channels_first: boo
         return float("inf")
 
 
-def _time(mode, entry, bucket, x, dy, alpha, gamma, beta):
+def _time(mode, entry, bucket, x, dy, alpha, gamma, beta, fit: bool = True):
     from dyt import launcher
 
     table = {"fwd": {bucket: [entry]}, "bwd": {bucket: [entry]}}
@@ -401,7 +402,7 @@ def _time(mode, entry, bucket, x, dy, alpha, gamma, beta):
             fn = lambda: launcher.forward(x, alpha, gamma, beta, x.dtype)
             return _timed_if_it_fits(fn, entry, None, False, x, dy)
         fn = lambda: launcher.backward(dy, x, alpha, gamma, x.dtype, alpha.dtype, gamma.dtype, beta.dtype)
-        return _timed_if_it_fits(fn, entry, entry["programs_per_sm"], False, x, dy)
+        return _timed_if_it_fits(fn, entry, entry["programs_per_sm"] if fit else None, False, x, dy)
 
 
 # Elements between rows that would fold otherwise: 128 bytes in bf16, so that each row stays aligned.
@@ -435,12 +436,13 @@ _ROWS_INPUTS: dict = {}
 
 def _time_rows(mode: str, bucket: str, entry: dict, elements: int) -> float:
     """_time of this entry on `elements` elements in rows of its max_width (16384 for the last), the
-    inputs of the last shape kept for the next call (poly_choice times one entry ten times a shape)."""
+    inputs of the last shape kept for the next call (poly_choice times one entry ten times a shape). No
+    fit check: `--poly` times the committed tiles as they run."""
     key = (mode, bucket, entry["max_width"] or 16384, elements)
     if key not in _ROWS_INPUTS:
         _ROWS_INPUTS.clear()
         _ROWS_INPUTS[key] = _rows_inputs(*key)
-    return _time(mode, {**entry, "max_width": None}, bucket, *_ROWS_INPUTS[key])
+    return _time(mode, {**entry, "max_width": None}, bucket, *_ROWS_INPUTS[key], fit=False)
 
 
 # The table note's clause that `--poly` writes, in place of the one an earlier run wrote.
@@ -530,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or planner.TABLES / f"{arch}.json"
     if args.poly:
         committed = planner.load_table(arch)
-        cf_timer = lambda *a: _time_channels_first(committed, *a)  # noqa: E731
+        # `--poly` times the committed tiles as they run, whether or not their programs fit an SM.
+        cf_timer = lambda *a: _time_channels_first(committed, *a, fit=False)  # noqa: E731
         table = tune_poly(committed, _time_rows, cf_timer, args.modes.split(","), args.buckets.split(","))
         table["note"] = poly_note(
             committed["note"], args.modes, f"{torch.cuda.get_device_name()} at {git_sha()[:7]}"
