@@ -1,6 +1,7 @@
 """Timing-based tuning, opt-in and offline: measures candidate tiles per (mode, dtype, width bucket) on
 the GPU at hand and writes the launch table (dyt/tables/<arch>.json) that every later run reads without
-timing anything. `python -m dyt tune [--out PATH] [--budget-s S] [--buckets 16bit,fp32]`.
+timing anything. `python -m dyt tune [--out PATH] [--budget-s S] [--buckets 16bit,fp32]`. A backward
+candidate more of whose programs than an SM holds at once would share one is skipped, not timed (overfull).
 
 `python -m dyt tune --channels-first` times the channels_first fields instead (dyt.planner.CHANNELS_FIRST:
 the tiles of contiguous (N, C, H, W) rows) at ConvNeXt's stage shapes, one choice per class of spatial
