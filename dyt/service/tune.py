@@ -1,7 +1,7 @@
 """Timing-based tuning, opt-in and offline: measures candidate tiles per (mode, dtype, width bucket) on
 the GPU at hand and writes the launch table (dyt/tables/<arch>.json) that every later run reads without
 timing anything. `python -m dyt tune [--out PATH] [--budget-s S] [--buckets 16bit,fp32]`. A backward
-candidate more of whose programs than an SM holds at once would share one is skipped, not timed (overfull).
+candidate whose programs per SM exceed what an SM holds at once is skipped, not timed (overfull).
 
 `python -m dyt tune --channels-first` times the channels_first fields instead (dyt.planner.CHANNELS_FIRST:
 the tiles of contiguous (N, C, H, W) rows) at ConvNeXt's stage shapes, one choice per class of spatial
@@ -328,8 +328,11 @@ class SmLimits:
 
 REGISTER_UNIT = 256  # registers are allocated to each warp in units of 256
 SHARED_RESERVED = 1024  # shared memory bytes the driver keeps per program
-# Programs (thread blocks) an SM holds at once, by compute capability; torch does not report it.
+# Programs (thread blocks) an SM holds at once, by compute capability; torch does not report it. Others
+# take BLOCKS_PER_SM_ELSE: too many only lets through a candidate that runs a second wave, which its time
+# then shows, where too few would skip candidates that fit.
 BLOCKS_PER_SM = {(7, 0): 32, (7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 7): 16, (8, 9): 24, (9, 0): 32}
+BLOCKS_PER_SM_ELSE = 32
 
 
 def programs_that_fit(registers: int, num_warps: int, shared_bytes: int, limits=SmLimits()) -> int:
@@ -351,7 +354,7 @@ def sm_limits(device) -> SmLimits:
     return SmLimits(
         registers=getattr(props, "regs_per_multiprocessor", SmLimits.registers),
         threads=props.max_threads_per_multi_processor,
-        blocks=BLOCKS_PER_SM.get((props.major, props.minor), 16),
+        blocks=BLOCKS_PER_SM.get((props.major, props.minor), BLOCKS_PER_SM_ELSE),
         shared_bytes=getattr(props, "shared_memory_per_multiprocessor", SmLimits.shared_bytes),
     )
 
