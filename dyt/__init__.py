@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["Converted", "DyT", "convert_layernorm", "convert_norms", "dyt", "dyt_channels_first"]
+__all__ = [
+    "Converted",
+    "DyT",
+    "PackedDyT",
+    "convert_layernorm",
+    "convert_norms",
+    "dyt",
+    "dyt_channels_first",
+    "dyt_packed",
+]
 __version__ = "0.1.0"
 
-_HOMES = {"dyt": "dyt.ops", "dyt_channels_first": "dyt.ops", "DyT": "dyt.module", "Converted": "dyt.module",
-          "convert_layernorm": "dyt.module", "convert_norms": "dyt.module"}  # fmt: skip
+_HOMES = {"dyt": "dyt.ops", "dyt_channels_first": "dyt.ops", "dyt_packed": "dyt.ops", "DyT": "dyt.module",
+          "PackedDyT": "dyt.module", "Converted": "dyt.module", "convert_layernorm": "dyt.module",
+          "convert_norms": "dyt.module"}  # fmt: skip
 
 
 def __getattr__(name: str):

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from dyt.ops import SUPPORTED_DTYPES, dyt, dyt_channels_first
+from dyt.ops import SUPPORTED_DTYPES, dyt, dyt_channels_first, dyt_packed, split_params
 
 _LOG = logging.getLogger("dyt")
 _DTYPE_NAMES = "float32, bfloat16 or float16"
@@ -33,25 +33,31 @@ class DyT(nn.Module):
     def __init__(self, num_features: int, *, alpha_init: float = 0.5, bias: bool = True,
                  channels_last: bool = True, device=None, dtype=None):  # fmt: skip
         super().__init__()
+        factory = self._settle(num_features, alpha_init, channels_last, device, dtype)
+        self.alpha = nn.Parameter(torch.full((1,), self.alpha_init, **factory))
+        self.weight = nn.Parameter(torch.ones(self.num_features, **factory))
+        self.bias = nn.Parameter(torch.zeros(self.num_features, **factory)) if bias else None
+
+    def _settle(self, num_features, alpha_init, channels_last, device, dtype) -> dict:
+        """Checks the arguments, sets num_features, alpha_init and channels_last; the parameters' factory
+        keywords."""
+        name = type(self).__name__
         try:
             if isinstance(num_features, bool):
                 raise TypeError
             width = operator.index(num_features)
         except TypeError:
             raise TypeError(
-                f"DyT: num_features must be an int, got {type(num_features).__name__} {num_features!r}"
+                f"{name}: num_features must be an int, got {type(num_features).__name__} {num_features!r}"
             ) from None
         if width < 1:
-            raise ValueError(f"DyT: num_features must be a positive int, got {width}")
+            raise ValueError(f"{name}: num_features must be a positive int, got {width}")
         if dtype is not None and dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"DyT: dtype must be {_DTYPE_NAMES}, got {dtype}")
-        factory = {"device": device, "dtype": dtype}
+            raise TypeError(f"{name}: dtype must be {_DTYPE_NAMES}, got {dtype}")
         self.num_features = width
         self.alpha_init = float(alpha_init)
         self.channels_last = channels_last
-        self.alpha = nn.Parameter(torch.full((1,), self.alpha_init, **factory))
-        self.weight = nn.Parameter(torch.ones(self.num_features, **factory))
-        self.bias = nn.Parameter(torch.zeros(self.num_features, **factory)) if bias else None
+        return {"device": device, "dtype": dtype}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         try:
@@ -70,7 +76,7 @@ class DyT(nn.Module):
             return f"{head}: input must be a torch.Tensor, got {type(x).__name__}"
         if x.dtype not in SUPPORTED_DTYPES:
             return f"{head}: input must be a floating tensor of dtype {_DTYPE_NAMES}, got {x.dtype}"
-        for name, p in (("alpha", self.alpha), ("weight", self.weight), ("bias", self.bias)):
+        for name, p in self._own_parameters():
             if p is not None and p.dtype not in SUPPORTED_DTYPES:
                 return (
                     f"{head}: parameter {name} has dtype {p.dtype}; DyT's parameters must be {_DTYPE_NAMES} "
@@ -98,9 +104,101 @@ class DyT(nn.Module):
         detail = str(err).removeprefix("dyt:").strip().replace("gamma", "weight").replace("beta", "bias")
         return f"{head}: {detail}"
 
+    def _own_parameters(self):
+        return (("alpha", self.alpha), ("weight", self.weight), ("bias", self.bias))
+
     def extra_repr(self) -> str:
         return (f"{self.num_features}, alpha_init={self.alpha_init}, bias={self.bias is not None}, "
                 f"channels_last={self.channels_last}")  # fmt: skip
+
+
+class PackedDyT(DyT):
+    """DyT whose alpha, weight and bias are one parameter, `params` = [weight (C), bias (C), alpha (1)]
+    ([weight, alpha] without bias): a layer then has one parameter where DyT has three and LayerNorm two,
+    so autograd accumulates one gradient and the optimizer updates one tensor per layer, which is what
+    sets the pace of host-bound training (docs/host-path.md, "Packed parameters").
+
+    The same arguments, output and gradients as DyT. Its state dict holds alpha, weight and bias as DyT's
+    does, so the checkpoints of the two load into each other. alpha, weight and bias are views of params:
+    reading them, and changing their values in place (module.weight.data.fill_(2.0)), works as on DyT;
+    they are not parameters of their own, so per-parameter optimizer settings (a weight decay for weight
+    but not alpha) do not apply to one of them alone. All three share params' dtype.
+    """
+
+    def __init__(self, num_features: int, *, alpha_init: float = 0.5, bias: bool = True,
+                 channels_last: bool = True, device=None, dtype=None):  # fmt: skip
+        nn.Module.__init__(self)
+        factory = self._settle(num_features, alpha_init, channels_last, device, dtype)
+        self.has_bias = bool(bias)
+        init = [torch.ones(self.num_features, **factory)]
+        if self.has_bias:
+            init.append(torch.zeros(self.num_features, **factory))
+        init.append(torch.full((1,), self.alpha_init, **factory))
+        self.params = nn.Parameter(torch.cat(init))
+        self.register_state_dict_post_hook(_unpacked_state)
+        self.register_load_state_dict_pre_hook(_packed_state)
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return split_params(self.params, self.has_bias)[0]
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return split_params(self.params, self.has_bias)[1]
+
+    @property
+    def bias(self) -> torch.Tensor | None:
+        return split_params(self.params, self.has_bias)[2]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            return dyt_packed(x, self.params, bias=self.has_bias, channels_first=not self.channels_last)
+        except (ValueError, TypeError) as err:
+            if not str(err).startswith("dyt:"):
+                raise
+            raise type(err)(self._explain(x, err)) from err
+
+    def _own_parameters(self):
+        return (("params", self.params),)
+
+
+_PACKED_NAMES = ("weight", "bias", "alpha")
+
+
+def _unpacked_state(module: PackedDyT, state: dict, prefix: str, local_metadata) -> None:
+    """state_dict's post-hook: params as DyT's alpha, weight and bias (views of its data)."""
+    params = state.pop(prefix + "params")
+    alpha, weight, bias = split_params(params, module.has_bias)
+    state[prefix + "alpha"] = alpha
+    state[prefix + "weight"] = weight
+    if bias is not None:
+        state[prefix + "bias"] = bias
+
+
+def _packed_state(module: PackedDyT, state: dict, prefix: str, local_metadata, strict, missing_keys,
+                  unexpected_keys, error_msgs) -> None:  # fmt: skip
+    """load_state_dict's pre-hook: DyT's alpha, weight and bias packed into params, a shape mismatch
+    reported in their names. A state dict without all of them is left as it is (load_state_dict then
+    names params as missing)."""
+    names = [n for n in _PACKED_NAMES if n != "bias" or module.has_bias]
+    if not all(prefix + n in state for n in names):
+        return
+    parts = [state.pop(prefix + n) for n in names]
+    wanted = [(module.num_features,)] * (len(names) - 1) + [(1,)]
+    mismatched = [
+        (name, tuple(part.shape), shape)
+        for name, part, shape in zip(names, parts, wanted, strict=True)
+        if tuple(part.shape) != shape and not (name == "alpha" and part.numel() == 1)
+    ]
+    for name, got, shape in mismatched:
+        error_msgs.append(
+            f"size mismatch for {prefix}{name}: copying a param with shape {got} from checkpoint, the shape "
+            f"in current model is {shape}."
+        )
+    if mismatched:  # the module's own value, so that params is not also reported missing
+        state[prefix + "params"] = module.params.detach()
+    else:
+        state[prefix + "params"] = torch.cat([t.reshape(-1).to(module.params.dtype) for t in parts])
 
 
 class Converted(NamedTuple):
@@ -167,7 +265,7 @@ def _factory(m: nn.Module) -> dict:
 
 
 def convert_norms(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | None = None,
-                  rmsnorm: bool = False, layouts: Mapping[type, str] | None = None,
+                  rmsnorm: bool = False, layouts: Mapping[type, str] | None = None, packed: bool = False,
                   ) -> tuple[nn.Module, list[Converted]]:  # fmt: skip
     """Replaces the norms of module (itself included) by fresh DyT modules; returns (module, converted).
 
@@ -186,33 +284,35 @@ def convert_norms(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | No
       nn.TransformerEncoderLayer has PyTorch's fused inference path turned off (it runs LayerNorm math
       and reads norm.eps): in eval and under torch.inference_mode it runs its modules, DyT among them;
       a converted nn.TransformerEncoder likewise stops packing inputs into nested tensors.
+    - packed=True makes PackedDyT modules (alpha, weight and bias in one parameter) in place of DyT.
     """
     layouts = dict(layouts or {})
     for cls, layout in layouts.items():
         if layout not in LAYOUTS:
             raise ValueError(f"convert_norms: layouts[{cls!r}] must be one of {LAYOUTS}, got {layout!r}")
     converted: list[Converted] = []
-    module = _convert(module, "", alpha_init, bias, rmsnorm, layouts, converted)
+    make = PackedDyT if packed else DyT
+    module = _convert(module, "", make, alpha_init, bias, rmsnorm, layouts, converted)
     return module, converted
 
 
-def _convert(m, name, alpha_init, bias, rmsnorm, layouts, converted):
+def _convert(m, name, make, alpha_init, bias, rmsnorm, layouts, converted):
     new = None
     if isinstance(m, nn.LayerNorm):
         layout = _layout(m, name, layouts)
         if layout != "keep":
             has_bias = getattr(m, "bias", None) is not None if bias is None else bias
-            new = DyT(_width(m, name), alpha_init=alpha_init, bias=has_bias,
+            new = make(_width(m, name), alpha_init=alpha_init, bias=has_bias,
                       channels_last=layout == "channels_last", **_factory(m))  # fmt: skip
     elif rmsnorm and _is_rmsnorm(m):
-        new = DyT(_width(m, name), alpha_init=alpha_init, bias=False, **_factory(m))
+        new = make(_width(m, name), alpha_init=alpha_init, bias=False, **_factory(m))
     if new is not None:
         converted.append(Converted(name, _qualname(type(m)), new))
         return new
     before = len(converted)
     for child_name, child in m.named_children():
         full = f"{name}.{child_name}" if name else child_name
-        setattr(m, child_name, _convert(child, full, alpha_init, bias, rmsnorm, layouts, converted))
+        setattr(m, child_name, _convert(child, full, make, alpha_init, bias, rmsnorm, layouts, converted))
     if len(converted) > before:
         if isinstance(m, nn.TransformerEncoderLayer) and (
             isinstance(m.norm1, DyT) or isinstance(m.norm2, DyT)
@@ -224,7 +324,7 @@ def _convert(m, name, alpha_init, bias, rmsnorm, layouts, converted):
 
 
 def convert_layernorm(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | None = None,
-                      rmsnorm: bool = False, layouts: Mapping[type, str] | None = None,
+                      rmsnorm: bool = False, layouts: Mapping[type, str] | None = None, packed: bool = False,
                       ) -> nn.Module:  # fmt: skip
     """convert_norms (see there for the arguments) that returns the module and says what it converted.
 
@@ -232,7 +332,9 @@ def convert_layernorm(module: nn.Module, alpha_init: float = 0.5, *, bias: bool 
     a UserWarning (naming any RMSNorm modules left, which rmsnorm=True converts) instead of passing
     through unchanged without a word. convert_norms returns the list itself.
     """
-    module, converted = convert_norms(module, alpha_init, bias=bias, rmsnorm=rmsnorm, layouts=layouts)
+    module, converted = convert_norms(
+        module, alpha_init, bias=bias, rmsnorm=rmsnorm, layouts=layouts, packed=packed
+    )
     if converted:
         counts: dict[str, int] = {}
         for c in converted:

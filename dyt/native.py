@@ -40,6 +40,7 @@ BACKWARD_SLOTS = ("x", "dy", "dx", "alpha", "gamma", "part_dgamma", "part_dbeta"
                   "dgamma", "dbeta", "dalpha")  # fmt: skip
 
 OP = None  # torch.ops.dyt_native.dyt.default once loaded; None until then and where unavailable
+PACKED_OP = None  # torch.ops.dyt_native.dyt_packed.default, loaded with OP
 _state = "unloaded"  # -> "loaded" | "unavailable" | "disabled"
 _reason = ""
 _lock = threading.Lock()
@@ -63,13 +64,14 @@ def build(verbose: bool = False) -> pathlib.Path:
     cannot (the message says why)."""
     from torch.utils import cpp_extension
 
-    global OP, _state
+    global OP, PACKED_OP, _state
     folder = build_directory()
     folder.mkdir(parents=True, exist_ok=True)
     if _state != "loaded":
         cpp_extension.load(name="dyt_native", sources=[str(SOURCE)], extra_cflags=["-O2"],
                            build_directory=str(folder), is_python_module=False, verbose=verbose)  # fmt: skip
         _register_fills()
+        PACKED_OP = torch.ops.dyt_native.dyt_packed.default
         OP, _state = torch.ops.dyt_native.dyt.default, "loaded"
     return folder / "dyt_native.so"
 

@@ -369,3 +369,70 @@ def dyt_channels_first(
     if _records_grad(x, alpha, gamma, beta):
         return _EagerDyT.apply(x, alpha, gamma, beta, True)
     return forward_impl(x, alpha, gamma, beta, channels_first=True)
+
+
+# Packed parameters: alpha, gamma and beta in one tensor (dyt.PackedDyT), one gradient per layer.
+
+
+def split_params(params: torch.Tensor, bias: bool):
+    """(alpha, gamma, beta) of a packed parameter laid out as [gamma (C), beta (C) where bias, alpha (1)],
+    as views (autograd carries their gradients back into params); beta is None without bias."""
+    C = (params.shape[0] - 1) // (2 if bias else 1)
+    return params[-1:], params[:C], params[C : 2 * C] if bias else None
+
+
+def packed_size(C: int, bias: bool) -> int:
+    """The length of a packed parameter for C channels."""
+    return C * (2 if bias else 1) + 1
+
+
+def validate_packed(x, params, *, bias: bool, channels_first: bool = False) -> None:
+    """validate() for a packed parameter: the same checks, and params' own shape named in its terms."""
+    if not isinstance(params, torch.Tensor):
+        raise TypeError(f"dyt: params must be a torch.Tensor, got {type(params).__name__}")
+    if params.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"dyt: params must be a floating tensor of dtype float32, bfloat16 or float16, got {params.dtype}"
+        )
+    if isinstance(x, torch.Tensor) and x.dim() >= (2 if channels_first else 1):
+        C = x.shape[1 if channels_first else -1]
+        n = packed_size(C, bias)
+        if C >= 1 and tuple(params.shape) != (n,):
+            layout = "[weight (C), bias (C), alpha (1)]" if bias else "[weight (C), alpha (1)]"
+            where = "x's channels (dim 1)" if channels_first else "x's last dimension"
+            raise ValueError(
+                f"dyt: params must have shape ({n},), {layout} for C = {C} ({where}), "
+                f"got {tuple(params.shape)}"
+            )
+        if params.device != x.device:
+            raise ValueError(
+                f"dyt: x and params must be on one device, got x on {x.device}, params on {params.device}"
+            )
+        validate(x, *split_params(params, bias), channels_first=channels_first)
+    else:
+        validate(x, params[:1], params, None, channels_first=channels_first)  # x's own complaint
+
+
+def dyt_packed(x: torch.Tensor, params: torch.Tensor, *, bias: bool = True, channels_first: bool = False
+               ) -> torch.Tensor:  # fmt: skip
+    """dyt (or dyt_channels_first) with alpha, gamma and beta packed in one 1-D tensor `params`, laid out
+    as [gamma (C), beta (C) where bias, alpha (1)]: y and every gradient equal the unpacked call's, and
+    params gets one gradient, in its own dtype.
+
+    Eager CUDA calls run the native op torch.ops.dyt_native.dyt_packed, whose backward hands autograd
+    params' whole gradient as one tensor; elsewhere (torch.compile, the CPU, the Python path's cases in
+    docs/host-path.md) the call is dyt's on views of params (split_params).
+    """
+    if not torch.compiler.is_compiling():
+        op = _native_op(x)
+        if op is None and not channels_first and _strided_channels(x):
+            x = x.contiguous()  # as dyt() does: the call then takes the native path
+            op = _native_op(x)
+        if op is not None and (not channels_first or x.is_contiguous()):
+            try:
+                return native.PACKED_OP(x, params, bias, channels_first, launcher.current_overrides().poison)
+            except (RuntimeError, TypeError):
+                validate_packed(x, params, bias=bias, channels_first=channels_first)
+                raise
+    validate_packed(x, params, bias=bias, channels_first=channels_first)
+    return (dyt_channels_first if channels_first else dyt)(x, *split_params(params, bias))

@@ -179,14 +179,29 @@ def test_the_parameter_gradients_lie_apart_in_one_block(ext, nbytes, has_beta):
     """The cached backward's second allocation: dalpha at 0, dgamma and (with beta) dbeta after it, each on
     a 256-byte boundary, none overlapping another, all inside the block."""
     dalpha_bytes, dgamma_bytes, dbeta_bytes = nbytes
-    dgamma_at, dbeta_at, size = ext.param_grads_block(dalpha_bytes, dgamma_bytes, dbeta_bytes, has_beta)
-    assert (dbeta_at == -1) == (not has_beta)
+    dalpha_at, dgamma_at, dbeta_at, size = ext.param_grads_block(dalpha_bytes, dgamma_bytes, dbeta_bytes,
+                                                                 has_beta, False)  # fmt: skip
+    assert dalpha_at == 0 and (dbeta_at == -1) == (not has_beta)
     regions = [(0, dalpha_bytes), (dgamma_at, dgamma_at + dgamma_bytes)]
     if has_beta:
         regions.append((dbeta_at, dbeta_at + dbeta_bytes))
     assert all(start % 256 == 0 for start, _ in regions), regions
     assert all(end <= nxt for (_, end), (nxt, _) in zip(regions, regions[1:], strict=False)), regions
     assert regions[-1][1] <= size < regions[-1][1] + 256
+
+
+@pytest.mark.parametrize("has_beta", [True, False], ids=["beta", "nobeta"])
+@pytest.mark.parametrize("nbytes", [(4, 4, 4), (2, 2 * 96, 2 * 96), (4, 4 * 1000, 4 * 1000)])
+def test_packed_parameter_gradients_are_laid_out_as_the_packed_parameter(ext, nbytes, has_beta):
+    """Packed: dgamma at 0, dbeta (with beta) right after it, dalpha last, no gap, and the block exactly
+    their size: it is the packed parameter's gradient, every byte of it written by the kernels."""
+    dalpha_bytes, dgamma_bytes, dbeta_bytes = nbytes
+    dalpha_at, dgamma_at, dbeta_at, size = ext.param_grads_block(dalpha_bytes, dgamma_bytes, dbeta_bytes,
+                                                                 has_beta, True)  # fmt: skip
+    assert dgamma_at == 0
+    assert dbeta_at == (dgamma_bytes if has_beta else -1)
+    assert dalpha_at == dgamma_bytes + (dbeta_bytes if has_beta else 0)
+    assert size == dalpha_at + dalpha_bytes
 
 
 def _args(x, dtype=torch.float32, beta=True):
@@ -325,6 +340,44 @@ def _run_case(shape, dtype, param_dtype, beta, channels_first, seed):
     inp.x = inp.x.detach().movedim(-1, 1).contiguous().requires_grad_()
     inp.dy = inp.dy.movedim(-1, 1).contiguous()
     return inp, run(inp, dyt.dyt_channels_first)
+
+
+def _packed_cases():
+    """(name, channels_first, bias, x, params) on the CPU: inputs validate_packed accepts and refuses."""
+    bf16 = torch.bfloat16
+    return [
+        ("rows", False, True, torch.ones(4, 8), torch.ones(17)),
+        ("rows_nobias", False, False, torch.ones(2, 3, 8, dtype=bf16), torch.ones(9)),
+        ("rows_mixed", False, True, torch.ones(4, 8, dtype=bf16), torch.ones(17)),
+        ("cf", True, True, torch.ones(2, 8, 4, 5), torch.ones(17)),
+        ("cf_2d", True, False, torch.ones(3, 8), torch.ones(9)),
+        ("short", False, True, torch.ones(4, 8), torch.ones(16)),
+        ("long_for_nobias", False, False, torch.ones(4, 8), torch.ones(17)),
+        ("params_2d", False, True, torch.ones(4, 8), torch.ones(1, 17)),
+        ("params_float64", False, True, torch.ones(4, 8), torch.ones(17, dtype=torch.float64)),
+        ("params_int", False, True, torch.ones(4, 8), torch.ones(17, dtype=torch.int32)),
+        ("x_float64", False, True, torch.ones(4, 8, dtype=torch.float64), torch.ones(17)),
+        ("x_0d", False, True, torch.tensor(1.0), torch.ones(3)),
+        ("cf_1d", True, True, torch.ones(8), torch.ones(17)),
+        ("no_channels", False, True, torch.ones(4, 0), torch.ones(1)),
+        ("cf_width_last_dim", True, True, torch.ones(2, 8, 5), torch.ones(11)),
+        ("params_elsewhere", False, True, torch.ones(4, 8), torch.ones(17, device="meta")),
+    ]
+
+
+@pytest.mark.parametrize("case", _packed_cases(), ids=lambda c: c[0])
+def test_the_packed_op_refuses_exactly_what_validate_packed_refuses(ext, case):
+    """dyt_packed calls the native op before validating, as dyt does: the op's checks refuse every input
+    validate_packed refuses and pass every other (on these CPU tensors, to its CUDA check)."""
+    _, channels_first, bias, x, params = case
+    try:
+        ops.validate_packed(x, params, bias=bias, channels_first=channels_first)
+        valid = True
+    except (ValueError, TypeError):
+        valid = False
+    message = "x must be a CUDA tensor" if valid else "dyt_native: (?!x must be a CUDA tensor)"
+    with pytest.raises(RuntimeError, match=message):
+        ext.dyt_packed(x, params, bias, channels_first, False)
 
 
 @pytest.mark.gpu_only
@@ -513,3 +566,61 @@ def test_native_launches_are_captured_by_cuda_graphs(seed, ext):
     for a, b in zip(grads, again, strict=True):
         assert torch.equal(a, b)
     assert not torch.equal(grads[0], eager[0])  # the replay read the new x
+
+
+def _run_packed(shape, dtype, param_dtype, beta, channels_first, seed):
+    """_run_case's inputs through dyt_packed: (y, dx, dalpha, dgamma, dbeta), params' gradient, and how
+    many blocks the backward allocated."""
+    import dyt
+
+    inp, _ = _run_case(shape, dtype, param_dtype, beta, channels_first, seed)
+    parts = [inp.gamma] + ([inp.beta] if beta else []) + [inp.alpha.reshape(1)]
+    params = torch.cat([p.detach() for p in parts]).requires_grad_()
+    x = inp.x.detach().requires_grad_()
+    y = dyt.dyt_packed(x, params, bias=beta, channels_first=channels_first)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    dx, grad = torch.autograd.grad(y, (x, params), inp.dy)
+    allocated = torch.cuda.memory_stats()["allocation.all.allocated"] - before
+    dalpha, dgamma, dbeta = ops.split_params(grad, beta)
+    return y, (y.detach(), dx, dalpha.reshape(inp.alpha.shape), dgamma, dbeta), grad, allocated
+
+
+PACKED_CASES = {**CASES, "width_not_16_bytes": ((50, 100), "bf16", None, True, False)}
+
+
+@pytest.mark.gpu_only
+@pytest.mark.parametrize("case", list(PACKED_CASES))
+def test_packed_native_calls_give_the_unpacked_calls_bits_in_one_gradient(case, seed, monkeypatch, ext):
+    """From its second call dyt_packed runs on the native op (not through dyt.launcher) with the
+    unpacked native call's bits. Where every region is 16-byte aligned, its backward allocates two
+    blocks as the unpacked one does (dx's, and the one that is params' gradient); elsewhere it joins the
+    three gradients into a third."""
+    shape, dtype, param_dtype, beta, cf = PACKED_CASES[case]
+    _, unpacked = _run_case(shape, dtype, param_dtype, beta, cf, seed)
+    _run_packed(shape, dtype, param_dtype, beta, cf, seed)  # fills the caches where unpacked did not
+    calls = []
+    for name, real in (("forward", launcher.forward), ("backward", launcher.backward)):
+        monkeypatch.setattr(launcher, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
+    y, fast, grad, allocated = _run_packed(shape, dtype, param_dtype, beta, cf, seed)
+    assert calls == [], "the second packed call went through dyt.launcher"
+    assert "dyt_native::DyTPackedFunction" in y.grad_fn.name()
+    assert_same_outputs(fast, unpacked)
+    fits = shape[1 if cf else -1] * grad.element_size() % 16 == 0
+    assert allocated == (2 if fits else 3) and grad.shape == (ops.packed_size(shape[1 if cf else -1], beta),)
+
+
+@pytest.mark.gpu_only
+@pytest.mark.parametrize("case", [c for c in _packed_cases() if "elsewhere" not in c[0]], ids=lambda c: c[0])
+def test_packed_native_calls_raise_what_validate_packed_raises(case, ext):
+    import dyt
+
+    _, channels_first, bias, x, params = case
+    x, params = x.cuda(), params.cuda()
+    try:
+        ops.validate_packed(x, params, bias=bias, channels_first=channels_first)
+    except (ValueError, TypeError) as expected:
+        with pytest.raises(type(expected), match=re.escape(str(expected))):
+            dyt.dyt_packed(x, params, bias=bias, channels_first=channels_first)
+    else:
+        assert dyt.dyt_packed(x, params, bias=bias, channels_first=channels_first).shape == x.shape

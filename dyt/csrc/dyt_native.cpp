@@ -1,4 +1,5 @@
-// dyt's native host path: the op `dyt_native::dyt`, its autograd node, and the kernel launches, in C++.
+// dyt's native host path: the ops `dyt_native::dyt` and `dyt_packed`, their autograd nodes, and the
+// kernel launches, in C++.
 //
 // Steady state runs no Python: the op looks its launches up in a per-shape cache and launches the
 // Triton-compiled kernels through the CUDA driver (cuLaunchKernelEx) on PyTorch's current stream. On a
@@ -390,14 +391,23 @@ Scratch scratch_layout(int64_t finish_rows, int64_t partial_width, int64_t n_dal
   return s;
 }
 
-// The parameter gradients' block: dalpha at 0, dgamma and (where there is beta) dbeta after it, each
-// region on a kRegionAlign boundary. Invariant as the scratch's.
+// The parameter gradients' block. Unpacked: dalpha at 0, dgamma and (where there is beta) dbeta after
+// it, each region on a kRegionAlign boundary. Packed: a packed parameter's layout (dgamma, dbeta where
+// there is beta, dalpha; one dtype), region after region with no gap, so the block is that parameter's
+// gradient and the kernels write every byte of it (packed_fits says where the regions keep the
+// alignment the kernels are compiled for). Invariant as the scratch's.
 struct ParamGrads {
-  int64_t dgamma, dbeta, bytes;  // dbeta: -1 without beta
+  int64_t dalpha, dgamma, dbeta, bytes;  // dbeta: -1 without beta
 };
 
-ParamGrads param_grads_layout(int64_t dalpha_bytes, int64_t dgamma_bytes, int64_t dbeta_bytes, bool has_beta) {
-  ParamGrads g{round_up(dalpha_bytes), -1, 0};
+ParamGrads param_grads_layout(int64_t dalpha_bytes, int64_t dgamma_bytes, int64_t dbeta_bytes, bool has_beta,
+                              bool packed) {
+  if (packed) {
+    int64_t dbeta = has_beta ? dgamma_bytes : -1;
+    int64_t dalpha = dgamma_bytes + (has_beta ? dbeta_bytes : 0);
+    return {dalpha, 0, dbeta, dalpha + dalpha_bytes};
+  }
+  ParamGrads g{0, round_up(dalpha_bytes), -1, 0};
   g.bytes = g.dgamma + round_up(dgamma_bytes);
   if (has_beta) {
     g.dbeta = g.bytes;
@@ -514,9 +524,12 @@ at::Tensor forward_cuda(const at::Tensor& x, const at::Tensor& alpha, const at::
   return y;
 }
 
+// packed_grad: where given, alpha, gamma and beta are regions of one packed parameter that packed_fits,
+// the parameter gradients are laid out as that parameter is, and a hit sets *packed_grad to the whole
+// block (a miss leaves it undefined: the caller joins the gradients itself).
 Grads backward_cuda(const at::Tensor& dy_in, const at::Tensor& x, const at::Tensor& alpha,
                     const at::Tensor& gamma, const std::optional<at::Tensor>& beta, bool channels_first,
-                    bool poison) {
+                    bool poison, at::Tensor* packed_grad = nullptr) {
   DYT_CHECK(dy_in.sizes() == x.sizes(), "dyt: dy must have x's shape ", x.sizes(), ", got ", dy_in.sizes());
   at::Tensor dy = (!channels_first && row_layout(dy_in)) || dy_in.is_contiguous() ? dy_in : dy_in.contiguous();
   c10::DeviceGuard device_guard(x.device());
@@ -535,14 +548,14 @@ Grads backward_cuda(const at::Tensor& dy_in, const at::Tensor& x, const at::Tens
   ParamGrads grads_layout =
       param_grads_layout(static_cast<int64_t>(c10::elementSize(alpha.scalar_type())),
                          C * static_cast<int64_t>(c10::elementSize(gamma.scalar_type())), dbeta_bytes,
-                         beta.has_value());
+                         beta.has_value(), packed_grad != nullptr);
   // Two allocations: dx with the scratch after it (freed with dx), and the parameter gradients as
   // regions of one block (they share a storage, as the gradients that CatBackward returns do).
   int64_t scratch_at = round_up(x.numel() * static_cast<int64_t>(x.element_size()));
   at::Tensor dx_block = block(scratch_at + layout.bytes, x.options(), poison);
   at::Tensor grads_block = block(grads_layout.bytes, x.options(), poison);
   at::Tensor dx = region(dx_block, 0, x.sizes(), x.scalar_type());
-  at::Tensor dalpha = region(grads_block, 0, alpha.sizes(), alpha.scalar_type());
+  at::Tensor dalpha = region(grads_block, grads_layout.dalpha, alpha.sizes(), alpha.scalar_type());
   at::Tensor dgamma = region(grads_block, grads_layout.dgamma, {C}, gamma.scalar_type());
   at::Tensor dbeta = beta.has_value() ? region(grads_block, grads_layout.dbeta, {C}, dbeta_type) : at::Tensor();
   char* base = static_cast<char*>(dx_block.data_ptr()) + scratch_at;
@@ -551,6 +564,10 @@ Grads backward_cuda(const at::Tensor& dy_in, const at::Tensor& x, const at::Tens
               dgamma.data_ptr(), beta.has_value() ? dbeta.data_ptr() : base + layout.dbeta, dalpha.data_ptr()};
   launch_on(r.main, slots, x.device());
   launch_on(r.finish, slots, x.device());
+  if (packed_grad != nullptr) {
+    int64_t elements = grads_layout.bytes / static_cast<int64_t>(c10::elementSize(gamma.scalar_type()));
+    *packed_grad = region(grads_block, 0, {elements}, gamma.scalar_type());
+  }
   return {dx, dalpha, dgamma, dbeta};
 }
 
@@ -590,6 +607,112 @@ struct DyTFunction : public torch::autograd::Function<DyTFunction> {
 at::Tensor dyt_autograd(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
                         const std::optional<at::Tensor>& beta, bool channels_first, bool poison) {
   return DyTFunction::apply(x, alpha, gamma, beta, channels_first, poison);
+}
+
+// ---- packed parameters ----------------------------------------------------------------------------
+//
+// `dyt_packed(x, params, has_beta, ...)`: alpha, gamma and beta in one 1-D tensor laid out as
+// [gamma (C), beta (C) where has_beta, alpha (1)] (dyt.ops.split_params), so that a layer has one
+// parameter, one gradient for autograd to accumulate and one tensor of optimizer state. The kernels take
+// regions of it (no autograd views); the backward returns its gradient as one block where packed_fits,
+// else the three gradients joined (the same values: only the allocation differs).
+
+struct Unpacked {
+  at::Tensor alpha, gamma;
+  std::optional<at::Tensor> beta;
+};
+
+int64_t packed_channels(const at::Tensor& params, bool has_beta) {
+  return (params.numel() - 1) / (has_beta ? 2 : 1);
+}
+
+// Refuses every input that dyt.ops.validate_packed refuses (tests/test_native.py holds the two to the
+// same cases); check_inputs then holds the regions to the rest.
+void check_packed(const at::Tensor& x, const at::Tensor& params, bool has_beta, bool channels_first) {
+  DYT_CHECK(supported(x.scalar_type()) && supported(params.scalar_type()),
+            "dyt_native: x and params must be float32, bfloat16 or float16");
+  DYT_CHECK(x.dim() >= (channels_first ? 2 : 1), "dyt_native: x has too few dimensions");
+  int64_t C = x.size(channels_first ? 1 : x.dim() - 1);
+  DYT_CHECK(C >= 1, "dyt_native: x has no channels");
+  DYT_CHECK(params.dim() == 1 && params.size(0) == C * (has_beta ? 2 : 1) + 1,
+            "dyt_native: params must have shape (2C+1,) with beta, (C+1,) without");
+  DYT_CHECK(params.device() == x.device(), "dyt_native: all tensors must be on one device");
+}
+
+// Regions of a contiguous packed parameter (checked by check_packed).
+Unpacked unpack(const at::Tensor& params, bool has_beta) {
+  int64_t C = packed_channels(params, has_beta);
+  at::ScalarType dtype = params.scalar_type();
+  int64_t size = static_cast<int64_t>(c10::elementSize(dtype));
+  int64_t at = params.storage_offset() * size;
+  Unpacked u;
+  u.gamma = region(params, at, {C}, dtype);
+  if (has_beta) u.beta = region(params, at + C * size, {C}, dtype);
+  u.alpha = region(params, at + (has_beta ? 2 : 1) * C * size, {1}, dtype);
+  return u;
+}
+
+// Whether every region of params, and of the packed gradient block, is 16-byte aligned as the kernels'
+// outputs always are: a record made for separate outputs then holds for the packed ones.
+bool packed_fits(const at::Tensor& params, bool has_beta) {
+  return packed_channels(params, has_beta) * params.element_size() % 16 == 0 && aligned(params);
+}
+
+at::Tensor join_grads(const at::Tensor& dalpha, const at::Tensor& dgamma, const at::Tensor& dbeta, bool has_beta) {
+  at::Tensor dalpha1 = dalpha.reshape({1});
+  return has_beta ? at::cat({dgamma, dbeta, dalpha1}) : at::cat({dgamma, dalpha1});
+}
+
+at::Tensor forward_packed_cuda(const at::Tensor& x, const at::Tensor& params, bool has_beta, bool channels_first,
+                               bool poison) {
+  check_packed(x, params, has_beta, channels_first);
+  Unpacked u = unpack(contiguous_param(params), has_beta);
+  return forward_cuda(x, u.alpha, u.gamma, u.beta, channels_first, poison);
+}
+
+struct DyTPackedFunction : public torch::autograd::Function<DyTPackedFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& params,
+                            bool has_beta, bool channels_first, bool poison) {
+    at::Tensor y = forward_packed_cuda(x, params, has_beta, channels_first, poison);
+    ctx->save_for_backward({x, params});
+    ctx->saved_data["has_beta"] = has_beta;
+    ctx->saved_data["channels_first"] = channels_first;
+    ctx->saved_data["poison"] = poison;
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& params = saved[1];
+    bool has_beta = ctx->saved_data["has_beta"].toBool();
+    bool channels_first = ctx->saved_data["channels_first"].toBool();
+    at::Tensor dx, dparams;
+    if (at::GradMode::is_enabled()) {  // create_graph=True: views that autograd differentiates through
+      int64_t C = packed_channels(params, has_beta);
+      std::optional<at::Tensor> beta;
+      if (has_beta) beta = params.narrow(0, C, C);
+      auto [dx_, dalpha, dgamma, dbeta] = differentiable_backward(
+          grads[0], x, params.narrow(0, (has_beta ? 2 : 1) * C, 1), params.narrow(0, 0, C), beta, channels_first);
+      dx = dx_;
+      dparams = join_grads(dalpha, dgamma, dbeta, has_beta);
+    } else {
+      at::Tensor p = contiguous_param(params);
+      Unpacked u = unpack(p, has_beta);
+      auto [dx_, dalpha, dgamma, dbeta] =
+          backward_cuda(grads[0], x, u.alpha, u.gamma, u.beta, channels_first, ctx->saved_data["poison"].toBool(),
+                        packed_fits(p, has_beta) ? &dparams : nullptr);
+      dx = dx_;
+      if (!dparams.defined()) dparams = join_grads(dalpha, dgamma, dbeta, has_beta);
+    }
+    return {dx, dparams, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor dyt_packed_autograd(const at::Tensor& x, const at::Tensor& params, bool has_beta, bool channels_first,
+                               bool poison) {
+  return DyTPackedFunction::apply(x, params, has_beta, channels_first, poison);
 }
 
 // ---- what tests and tools see ---------------------------------------------------------------------
@@ -644,11 +767,11 @@ bool has_forward_record(const at::Tensor& x, const at::Tensor& alpha, const at::
   return forward_cache().find(forward_key(x, alpha, gamma, beta, channels_first)) != nullptr;
 }
 
-// The parameter gradients' block: byte offsets (dgamma, dbeta or -1; dalpha is at 0) and size.
+// The parameter gradients' block: byte offsets (dalpha, dgamma, dbeta or -1) and size.
 std::vector<int64_t> param_grads_block(int64_t dalpha_bytes, int64_t dgamma_bytes, int64_t dbeta_bytes,
-                                       bool has_beta) {
-  ParamGrads g = param_grads_layout(dalpha_bytes, dgamma_bytes, dbeta_bytes, has_beta);
-  return {g.dgamma, g.dbeta, g.bytes};
+                                       bool has_beta, bool packed) {
+  ParamGrads g = param_grads_layout(dalpha_bytes, dgamma_bytes, dbeta_bytes, has_beta, packed);
+  return {g.dalpha, g.dgamma, g.dbeta, g.bytes};
 }
 
 // The backward scratch's byte offsets (part_dalpha, part_dgamma, part_dbeta, dbeta or -1) and size.
@@ -662,6 +785,7 @@ std::vector<int64_t> backward_scratch(int64_t finish_rows, int64_t partial_width
 
 TORCH_LIBRARY(dyt_native, m) {
   m.def("dyt(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first, bool poison) -> Tensor");
+  m.def("dyt_packed(Tensor x, Tensor params, bool has_beta, bool channels_first, bool poison) -> Tensor");
   m.def("fill_forward(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first, bool poison)"
         " -> (Tensor, int[])");
   m.def("fill_backward(Tensor dy, Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first,"
@@ -680,10 +804,17 @@ TORCH_LIBRARY(dyt_native, m) {
   m.def("backward_scratch(int finish_rows, int partial_width, int n_dalpha, bool has_beta, int dbeta_bytes)"
         " -> int[]",
         &dyt_native::backward_scratch);
-  m.def("param_grads_block(int dalpha_bytes, int dgamma_bytes, int dbeta_bytes, bool has_beta) -> int[]",
+  m.def("param_grads_block(int dalpha_bytes, int dgamma_bytes, int dbeta_bytes, bool has_beta, bool packed)"
+        " -> int[]",
         &dyt_native::param_grads_block);
 }
 
-TORCH_LIBRARY_IMPL(dyt_native, CUDA, m) { m.impl("dyt", &dyt_native::forward_cuda); }
+TORCH_LIBRARY_IMPL(dyt_native, CUDA, m) {
+  m.impl("dyt", &dyt_native::forward_cuda);
+  m.impl("dyt_packed", &dyt_native::forward_packed_cuda);
+}
 
-TORCH_LIBRARY_IMPL(dyt_native, Autograd, m) { m.impl("dyt", &dyt_native::dyt_autograd); }
+TORCH_LIBRARY_IMPL(dyt_native, Autograd, m) {
+  m.impl("dyt", &dyt_native::dyt_autograd);
+  m.impl("dyt_packed", &dyt_native::dyt_packed_autograd);
+}
