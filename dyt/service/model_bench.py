@@ -11,7 +11,8 @@ written here (width 128, 4096 tokens; 2, 8, 32) and a LLaMA-style decoder (trans
 small config; 4, 16) whose RMSNorms become DyT without beta.
 
 Variants, all from the same weights: `norm` (the model's own norm), `eager` (the paper's DyT module,
-dyt.service.peers.EagerDyT), `dyt` (dyt.DyT), `liger` (Liger-Kernel's LigerDyT, where it imports) and,
+dyt.service.peers.EagerDyT), `dyt` (dyt.DyT), `packed_dyt` (dyt.PackedDyT: alpha, weight and bias in one
+parameter), `liger` (Liger-Kernel's LigerDyT, where it imports) and,
 in separate compiled cases (ViT-S/16 at 64 and the narrow net at 8 by default), `compile_eager` and
 `compile_dyt`: torch.compile of the whole model with each module, and `graphs_eager` and `graphs_dyt`: the
 same with mode="reduce-overhead" (CUDA graphs; CUDA only). dyt's ratios compare variants of one kind.
@@ -239,6 +240,12 @@ def _make_dyt(c, *, bias, channels_last):
     return dyt.DyT(c, bias=bias, channels_last=channels_last)
 
 
+def _make_packed_dyt(c, *, bias, channels_last):
+    import dyt
+
+    return dyt.PackedDyT(c, bias=bias, channels_last=channels_last)
+
+
 def _make_liger(c, *, bias, channels_last):
     from dyt.service.peers import liger_dyt
 
@@ -262,6 +269,7 @@ VARIANTS: dict[str, Variant] = {
     "norm": Variant("norm", None),
     "eager": Variant("eager", _make_eager),
     "dyt": Variant("dyt", _make_dyt, ours=True),
+    "packed_dyt": Variant("packed_dyt", _make_packed_dyt, ours=True),
     "liger": Variant("liger", _make_liger, cuda_only=True),
     "compile_eager": Variant("compile_eager", _make_eager, compiled=True),
     "compile_dyt": Variant("compile_dyt", _make_dyt, compiled=True, ours=True),

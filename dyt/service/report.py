@@ -330,7 +330,8 @@ def make_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
 
 
 MODEL_VARIANT_ORDER = (
-    "norm", "eager", "dyt", "liger", "compile_eager", "compile_dyt", "graphs_eager", "graphs_dyt"
+    "norm", "eager", "dyt", "packed_dyt", "liger", "compile_eager", "compile_dyt", "graphs_eager",
+    "graphs_dyt",
 )  # fmt: skip
 
 
