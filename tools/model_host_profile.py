@@ -9,7 +9,9 @@ the host's CPUs move these numbers by tens of percent).
 --parts times a training step's parts instead (zero_grad, forward under autocast, backward, the
 optimizer's step), the variants interleaved step by step, and prints the median of each part and each
 variant's median per-step ratio to the first variant's. dyt-frozen-alpha is dyt with every DyT's alpha
-frozen (requires_grad False: no gradient accumulated, no optimizer state), what the third parameter costs.
+frozen (requires_grad False: no gradient accumulated, no optimizer state), what the third parameter costs;
+packed-dyt-views is PackedDyT calling dyt.dyt on views of its parameter, where packed_dyt calls the native
+packed op.
 """
 
 import argparse
@@ -73,6 +75,7 @@ def python_table(step, n: int, top: int) -> str:
 
 PARTS = ("zero_grad", "forward", "backward", "optimizer")
 FROZEN_ALPHA = "dyt-frozen-alpha"
+PACKED_VIEWS = "packed-dyt-views"
 
 
 def timed_parts(spec, prep, data, device: str) -> list[float]:
@@ -115,16 +118,26 @@ def parts_table(spec, preps: dict, data, device: str, steps: int) -> str:
 
 
 def prepare(base, name: str, device: str, settings):
-    """model_bench's variant, or dyt with its alphas frozen (FROZEN_ALPHA)."""
+    """model_bench's variant, dyt with its alphas frozen (FROZEN_ALPHA), or PackedDyT calling dyt.dyt on
+    views of its one parameter (PACKED_VIEWS)."""
     import dyt
 
-    variant = model_bench.VARIANTS["dyt" if name == FROZEN_ALPHA else name]
+    own = {FROZEN_ALPHA: "dyt", PACKED_VIEWS: "packed_dyt"}
+    variant = model_bench.VARIANTS[own.get(name, name)]
     prep = model_bench._prepare(base, variant, device, settings)
-    if name == FROZEN_ALPHA:
-        for module in prep.model.modules():
-            if isinstance(module, dyt.DyT):
-                module.alpha.requires_grad_(False)
+    for module in prep.model.modules():
+        if name == FROZEN_ALPHA and isinstance(module, dyt.DyT):
+            module.alpha.requires_grad_(False)
+        if name == PACKED_VIEWS and isinstance(module, dyt.PackedDyT):
+            module.forward = _views_forward(module)
     return prep
+
+
+def _views_forward(module):
+    from dyt import ops
+
+    entry = ops.dyt if module.channels_last else ops.dyt_channels_first
+    return lambda x: entry(x, *ops.split_params(module.params, module.has_bias))
 
 
 def main() -> None:
