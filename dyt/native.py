@@ -1,6 +1,7 @@
 """The native host path: dyt's op, autograd node and launches in C++ (dyt/csrc/dyt_native.cpp).
 
-Eager CUDA calls of `dyt.dyt` and `dyt.dyt_channels_first` go through `torch.ops.dyt_native.dyt`, whose
+Eager CUDA calls of `dyt.dyt` and `dyt.dyt_channels_first` go through `torch.ops.dyt_native.dyt` (those of
+`dyt.dyt_packed` through `torch.ops.dyt_native.dyt_packed`, the same with one packed parameter), whose
 forward and backward look their launches up in a per-shape cache and launch the Triton-compiled kernels
 through the CUDA driver: no Python frame per call beyond `dyt.dyt` itself, no Python autograd node. On a
 miss the C++ calls back into the two fill ops defined here, which run the call through dyt.launcher (plans

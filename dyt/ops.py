@@ -10,6 +10,9 @@ Python dispatch per call; docs/host-path.md, "Compiled mode"). fullgraph and CUD
 Dtype contract: arithmetic in float32; y and dx in x.dtype; dalpha, dgamma, dbeta in alpha's, gamma's
 and beta's own dtypes, accumulated in float32 and never rounded through x.dtype.
 
+Packed parameters: `dyt_packed(x, params)` takes alpha, gamma and beta in one tensor (dyt.PackedDyT), the
+same contract with one gradient for params.
+
 Layout: x is viewed as (rows, C). Row-strided views (slices, expanded dy) run without a copy; an x whose
 last dimension is not contiguous (e.g. a transpose, or channels-first input moved to the end) is copied
 once, because the kernels need unit stride along C for full-width loads.
