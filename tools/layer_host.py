@@ -3,7 +3,8 @@ through all layers, then one backward into gradients set to None (training), or 
 no_grad (inference). Interleaved
 rounds within one process; variants: LayerNorm, the paper's eager DyT module, dyt.DyT on the native path,
 dyt.DyT on the Python path, and the native op called straight from a module (what dyt's Python checks
-cost on top). Needs a CUDA GPU; run it alone (other processes on the host's CPUs move these numbers).
+cost on top); on request, dyt.PackedDyT (`packed`: one parameter a layer). Needs a CUDA GPU; run it
+alone (other processes on the host's CPUs move these numbers).
 
     CUDA_VISIBLE_DEVICES=0 python tools/layer_host.py [--rounds 5] [--layers 24] [--shapes 8x197x384]
     CUDA_VISIBLE_DEVICES=0 python tools/layer_host.py --profile dyt --shapes 8x197x384
@@ -63,11 +64,12 @@ NORMS = {
     "eager": EagerDyT,
     "dyt": dyt.DyT,
     "dyt-python": dyt.DyT,
+    "packed": dyt.PackedDyT,
     "native-op": NativeOpDyT,
     "layernorm-frozen-bias": without_grad(nn.LayerNorm, "bias"),
     "native-op-frozen-alpha": without_grad(NativeOpDyT, "alpha"),
 }
-# The default variants: the frozen ones are asked for by name.
+# The default variants: the frozen ones and packed are asked for by name.
 DEFAULT_VARIANTS = ["layernorm", "eager", "dyt", "dyt-python", "native-op"]
 
 
