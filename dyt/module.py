@@ -119,10 +119,10 @@ class PackedDyT(DyT):
     sets the pace of host-bound training (docs/host-path.md, "Packed parameters").
 
     The same arguments, output and gradients as DyT. Its state dict holds alpha, weight and bias as DyT's
-    does, so the checkpoints of the two load into each other. alpha, weight and bias are views of params:
-    reading them, and changing their values in place (module.weight.data.fill_(2.0)), works as on DyT;
-    they are not parameters of their own, so per-parameter optimizer settings (a weight decay for weight
-    but not alpha) do not apply to one of them alone. All three share params' dtype.
+    does (as copies), so the checkpoints of the two load into each other. alpha, weight and bias are views
+    of params: reading them, and changing their values in place (module.weight.data.fill_(2.0)), works as
+    on DyT; they are not parameters of their own, so per-parameter optimizer settings (a weight decay for
+    weight but not alpha) do not apply to one of them alone. All three share params' dtype.
     """
 
     def __init__(self, num_features: int, *, alpha_init: float = 0.5, bias: bool = True,
@@ -166,13 +166,14 @@ _PACKED_NAMES = ("weight", "bias", "alpha")
 
 
 def _unpacked_state(module: PackedDyT, state: dict, prefix: str, local_metadata) -> None:
-    """state_dict's post-hook: params as DyT's alpha, weight and bias (views of its data)."""
+    """state_dict's post-hook: params as DyT's alpha, weight and bias, copies that share no storage (a
+    state dict of views of one storage is refused by savers such as safetensors')."""
     params = state.pop(prefix + "params")
     alpha, weight, bias = split_params(params, module.has_bias)
-    state[prefix + "alpha"] = alpha
-    state[prefix + "weight"] = weight
+    state[prefix + "alpha"] = alpha.clone()
+    state[prefix + "weight"] = weight.clone()
     if bias is not None:
-        state[prefix + "bias"] = bias
+        state[prefix + "bias"] = bias.clone()
 
 
 def _packed_state(module: PackedDyT, state: dict, prefix: str, local_metadata, strict, missing_keys,

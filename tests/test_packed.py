@@ -120,6 +120,8 @@ def test_packed_module_is_dyt_with_one_parameter(bias, channels_last, seed):
     assert float(m.alpha.detach()) == 0.75 and torch.equal(m.weight, torch.ones(24, device=device()))
     assert (m.bias is None) == (not bias) and isinstance(m, dyt.DyT) and repr(m).startswith("PackedDyT(24")
     assert list(m.state_dict()) == list(ref.state_dict())
+    storages = {t.untyped_storage().data_ptr() for t in m.state_dict().values()}
+    assert len(storages) == len(m.state_dict()) and m.params.untyped_storage().data_ptr() not in storages
     m.load_state_dict(ref.state_dict())
     for name, t in ref.state_dict().items():
         assert torch.equal(m.state_dict()[name], t), name
