@@ -413,7 +413,7 @@ def validate_packed(x, params, *, bias: bool, channels_first: bool = False) -> N
             )
         validate(x, *split_params(params, bias), channels_first=channels_first)
     else:
-        validate(x, params[:1], params, None, channels_first=channels_first)  # x's own complaint
+        validate(x, params.reshape(-1)[:1], params, None, channels_first=channels_first)  # x's own complaint
 
 
 def dyt_packed(x: torch.Tensor, params: torch.Tensor, *, bias: bool = True, channels_first: bool = False

@@ -193,9 +193,10 @@ def test_convert_layernorm_makes_packed_modules_on_request(seed):
         ([1.0] * 17, torch.ones(4, 8), "params must be a torch.Tensor, got list"),
         (torch.ones(17), torch.ones(4, 8, dtype=torch.int32), "x must be a floating tensor"),
         (torch.ones(17), torch.tensor(1.0), "x must have at least one dimension"),
+        (torch.tensor(1.0), torch.tensor(1.0), "x must have at least one dimension"),
         (torch.ones(17, device="meta"), torch.ones(4, 8), "x and params must be on one device"),
     ],
-    ids=["length", "2d", "float64", "list", "x_int", "x_0d", "device"],
+    ids=["length", "2d", "float64", "list", "x_int", "x_0d", "x_and_params_0d", "device"],
 )
 def test_bad_packed_input_is_refused_by_name(params, x, message):
     with pytest.raises((ValueError, TypeError), match=re.escape("dyt: " + message)):
