@@ -423,7 +423,8 @@ def dyt_packed(x: torch.Tensor, params: torch.Tensor, *, bias: bool = True, chan
     params gets one gradient, in its own dtype.
 
     Eager CUDA calls run the native op torch.ops.dyt_native.dyt_packed, whose backward hands autograd
-    params' whole gradient as one tensor; elsewhere (torch.compile, the CPU, the Python path's cases in
+    params' whole gradient as one tensor (channels-first x in torch.channels_last memory format: on the
+    moved view, as dyt_channels_first runs it); elsewhere (torch.compile, the CPU, the Python path's cases in
     docs/host-path.md) the call is dyt's on views of params (split_params).
     """
     if not torch.compiler.is_compiling():
@@ -437,5 +438,10 @@ def dyt_packed(x: torch.Tensor, params: torch.Tensor, *, bias: bool = True, chan
             except (RuntimeError, TypeError):
                 validate_packed(x, params, bias=bias, channels_first=channels_first)
                 raise
+        if channels_first and op is None and isinstance(x, torch.Tensor) and x.is_cuda and x.dim() > 2:
+            moved = x.movedim(1, -1)
+            if moved.is_contiguous() and _native_op(moved) is not None:  # torch.channels_last memory
+                validate_packed(x, params, bias=bias, channels_first=True)
+                return dyt_packed(moved, params, bias=bias).movedim(-1, 1)
     validate_packed(x, params, bias=bias, channels_first=channels_first)
     return (dyt_channels_first if channels_first else dyt)(x, *split_params(params, bias))

@@ -337,8 +337,10 @@ def _run_case(shape, dtype, param_dtype, beta, channels_first, seed):
         return inp, run(inp)
     last = (shape[0], *shape[2:], shape[1])
     inp = make_inputs(last, DTYPES[dtype], seed=seed, param_dtype=param_dtype, beta=beta)
-    inp.x = inp.x.detach().movedim(-1, 1).contiguous().requires_grad_()
-    inp.dy = inp.dy.movedim(-1, 1).contiguous()
+    keep = channels_first == "channels_last"  # x and dy in torch.channels_last memory format
+    inp.x = inp.x.detach().movedim(-1, 1)
+    inp.x = (inp.x if keep else inp.x.contiguous()).requires_grad_()
+    inp.dy = inp.dy.movedim(-1, 1) if keep else inp.dy.movedim(-1, 1).contiguous()
     return inp, run(inp, dyt.dyt_channels_first)
 
 
@@ -586,7 +588,11 @@ def _run_packed(shape, dtype, param_dtype, beta, channels_first, seed):
     return y, (y.detach(), dx, dalpha.reshape(inp.alpha.shape), dgamma, dbeta), grad, allocated
 
 
-PACKED_CASES = {**CASES, "width_not_16_bytes": ((50, 100), "bf16", None, True, False)}
+PACKED_CASES = {
+    **CASES,
+    "width_not_16_bytes": ((50, 100), "bf16", None, True, False),
+    "channels_last_memory": ((4, 24, 7, 9), "bf16", torch.float32, True, "channels_last"),
+}
 
 
 @pytest.mark.gpu_only
@@ -595,7 +601,8 @@ def test_packed_native_calls_give_the_unpacked_calls_bits_in_one_gradient(case, 
     """From its second call dyt_packed runs on the native op (not through dyt.launcher) with the
     unpacked native call's bits. Where every region is 16-byte aligned, its backward allocates two
     blocks as the unpacked one does (dx's, and the one that is params' gradient); elsewhere it joins the
-    three gradients into a third."""
+    three gradients into a third. Channels-first x in torch.channels_last memory format runs the op on
+    the moved view."""
     shape, dtype, param_dtype, beta, cf = PACKED_CASES[case]
     _, unpacked = _run_case(shape, dtype, param_dtype, beta, cf, seed)
     _run_packed(shape, dtype, param_dtype, beta, cf, seed)  # fills the caches where unpacked did not
@@ -604,7 +611,8 @@ def test_packed_native_calls_give_the_unpacked_calls_bits_in_one_gradient(case, 
         monkeypatch.setattr(launcher, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
     y, fast, grad, allocated = _run_packed(shape, dtype, param_dtype, beta, cf, seed)
     assert calls == [], "the second packed call went through dyt.launcher"
-    assert "dyt_native::DyTPackedFunction" in y.grad_fn.name()
+    node = y.grad_fn.next_functions[0][0] if cf == "channels_last" else y.grad_fn  # under the moved view
+    assert "dyt_native::DyTPackedFunction" in node.name()
     assert_same_outputs(fast, unpacked)
     fits = shape[1 if cf else -1] * grad.element_size() % 16 == 0
     assert allocated == (2 if fits else 3) and grad.shape == (ops.packed_size(shape[1 if cf else -1], beta),)

@@ -30,6 +30,7 @@ CASES = {
     "width_not_16_bytes": ((9, 100), "bf16", None, True, False),  # regions off the 16-byte grid
     "channels_first": ((4, 24, 7, 9), "bf16", torch.float32, True, True),
     "channels_first_no_beta": ((2, 40, 3, 5), "fp32", None, False, True),
+    "channels_last_memory": ((4, 24, 7, 9), "bf16", torch.float32, True, "channels_last"),
 }
 
 
@@ -45,6 +46,10 @@ def inputs(case, seed):
         return make_inputs(shape, DTYPES[dtype], seed=seed, param_dtype=param_dtype, beta=beta)
     last = (shape[0], *shape[2:], shape[1])
     inp = make_inputs(last, DTYPES[dtype], seed=seed, param_dtype=param_dtype, beta=beta)
+    if channels_first == "channels_last":  # (N, C, *spatial) in torch.channels_last memory format
+        inp.x = inp.x.detach().movedim(-1, 1).requires_grad_()
+        inp.dy = inp.dy.movedim(-1, 1)
+        return inp
     inp.x = inp.x.detach().movedim(-1, 1).contiguous().requires_grad_()
     inp.dy = inp.dy.movedim(-1, 1).contiguous()
     return inp
@@ -81,6 +86,8 @@ def test_packed_calls_give_the_unpacked_calls_bits(case, seed):
     assert grad.shape == (ops.packed_size(inp.gamma.shape[0], inp.beta is not None),)
     assert grad.dtype == inp.gamma.dtype
     assert_same(fast, slow)
+    if cf == "channels_last":  # y in the layout dyt_channels_first returns for such x
+        assert fast[0].stride() == slow[0].stride() == inp.x.stride()
 
 
 @pytest.mark.parametrize("beta", [True, False], ids=["beta", "nobeta"])
