@@ -23,7 +23,7 @@ first) and is timed by CUDA events; the host's issue time is perf_counter around
 any synchronize; peak memory is what one step allocates above what was held before it. The variants of a
 case run in rounds inside one process, each round timing every variant (the order rotated each round), so
 that host drift cancels in the per-round ratios: speedup_vs[v] is v's round time over dyt's, per round,
-with its median and spread.
+with its median and spread. A round is one step of each variant by default (`--steps` more).
 
 A failing variant is a row with its error, never a crash. SIGTERM, Ctrl-C or --time-limit stop the run and
 keep the rows finished (a case stopped mid-way keeps its complete rounds). Rows go into the perf JSON of
@@ -356,8 +356,12 @@ class WallClock:
 
 @dataclass
 class Settings:
-    rounds: int = 5
-    steps: int = 8  # timed steps per variant per round
+    """Rounds of one step per variant by default: host-bound steps drift by more than the variants
+    differ, so every step has its neighbours in time as its ratio's partners (docs/performance.md,
+    "Models")."""
+
+    rounds: int = 32
+    steps: int = 1  # timed steps per variant per round
     warmup: int = 3
     lr: float = 1e-4
 
