@@ -1,7 +1,7 @@
 """Model benchmark: what users get from dyt, as training steps and inference of real models.
 
-    python -m dyt bench --suite models --time-limit 420   # the whole table on an H200 in about 7 minutes
-    nox -s bench -- --suite models --time-limit 420
+    python -m dyt bench --suite models --time-limit 540   # the whole table on an H200 in about 7.5 minutes
+    nox -s bench -- --suite models --time-limit 540
     python -m dyt bench --suite models --models vit_s16,narrow --quick   # a smoke run
 
 Models (random init, nothing downloaded; a model whose library does not import is a skipped row saying
