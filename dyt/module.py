@@ -60,10 +60,17 @@ class DyT(nn.Module):
         return {"device": device, "dtype": dtype}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # The parameters straight from _parameters: attribute access goes through nn.Module.__getattr__,
+        # a Python call per parameter on every forward (docs/host-path.md, "Native path"). A name not
+        # there (bias=False, or a parametrization by torch.nn.utils.parametrize) is read as an attribute.
+        params = self._parameters
+        alpha = params["alpha"] if "alpha" in params else self.alpha
+        weight = params["weight"] if "weight" in params else self.weight
+        bias = params["bias"] if "bias" in params else self.bias
         try:
             if self.channels_last:
-                return dyt(x, self.alpha, self.weight, self.bias)
-            return dyt_channels_first(x, self.alpha, self.weight, self.bias)
+                return dyt(x, alpha, weight, bias)
+            return dyt_channels_first(x, alpha, weight, bias)
         except (ValueError, TypeError) as err:
             if not str(err).startswith("dyt:"):
                 raise
@@ -152,7 +159,9 @@ class PackedDyT(DyT):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         try:
-            return dyt_packed(x, self.params, bias=self.has_bias, channels_first=not self.channels_last)
+            params = self._parameters.get("params")  # as DyT.forward reads its parameters
+            params = self.params if params is None else params
+            return dyt_packed(x, params, bias=self.has_bias, channels_first=not self.channels_last)
         except (ValueError, TypeError) as err:
             if not str(err).startswith("dyt:"):
                 raise

@@ -49,6 +49,43 @@ def test_parameters_and_defaults():
     assert float(dyt.DyT(8, alpha_init=2.0).alpha.detach()) == 2.0
 
 
+class _Doubled(nn.Module):
+    def forward(self, t):
+        return 2 * t
+
+
+@pytest.mark.parametrize(
+    "case", ["plain", "no_bias", "reassigned", "parametrized_weight", "parametrized_bias", "functional_call"]
+)
+def test_forward_takes_the_parameters_where_they_are(case, seed):
+    """DyT.forward reads alpha, weight and bias from the module's parameters and, where a name is not
+    among them, as an attribute: a reassigned parameter, a parametrization (of weight or of bias) and
+    torch.func.functional_call's substitutes reach dyt.dyt as they are, bit for bit."""
+    from torch.nn.utils import parametrize
+
+    torch.manual_seed(seed)
+    m = dyt.DyT(16, bias=case != "no_bias").to(device())
+    with torch.no_grad():
+        m.alpha.fill_(0.7)
+        m.weight.normal_()
+        if m.bias is not None:
+            m.bias.normal_()
+    x = torch.randn(5, 16, device=device())
+    if case == "reassigned":
+        m.weight = nn.Parameter(torch.randn(16, device=device()))
+    if case.startswith("parametrized"):
+        parametrize.register_parametrization(m, case.removeprefix("parametrized_"), _Doubled())
+    substitutes = {"weight": torch.randn(16, device=device())} if case == "functional_call" else {}
+    y = torch.func.functional_call(m, substitutes, (x,)) if substitutes else m(x)
+    weight = substitutes.get("weight", m.weight)
+    expected = dyt.dyt(x, m.alpha, weight, m.bias)
+    assert torch.equal(y, expected), case
+    if case == "parametrized_bias":
+        assert not torch.equal(y, dyt.dyt(x, m.alpha, m.weight, m.parametrizations.bias.original))
+        y.sum().backward()
+        assert m.parametrizations.bias.original.grad is not None
+
+
 @pytest.mark.parametrize("channels_last", [True, False])
 def test_paper_checkpoint_loads_and_matches(channels_last, seed):
     torch.manual_seed(seed)

@@ -162,6 +162,19 @@ def test_the_views_read_and_write_params_and_an_optimizer_updates_them(seed):
         m.weight = nn.Parameter(torch.ones(8))
 
 
+def test_forward_takes_params_where_it_is(seed):
+    """PackedDyT.forward reads params from the module's parameters and, where it is not among them, as an
+    attribute: a reassigned parameter and torch.func.functional_call's substitute reach dyt_packed."""
+    torch.manual_seed(seed)
+    m = dyt.PackedDyT(16).to(device())
+    x = torch.randn(5, 16, device=device())
+    substitute = torch.randn(33, device=device())
+    y = torch.func.functional_call(m, {"params": substitute}, (x,))
+    assert torch.equal(y, dyt.dyt_packed(x, substitute))
+    m.params = nn.Parameter(torch.randn(33, device=device()))
+    assert torch.equal(m(x), dyt.dyt_packed(x, m.params))
+
+
 def test_a_state_dict_of_another_width_is_refused_in_dyts_names():
     m = dyt.PackedDyT(8)
     with pytest.raises(RuntimeError) as err:

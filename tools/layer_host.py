@@ -3,7 +3,8 @@ through all layers, then one backward into gradients set to None (training), or 
 no_grad (inference). Interleaved
 rounds within one process; variants: LayerNorm, the paper's eager DyT module, dyt.DyT on the native path,
 dyt.DyT on the Python path, and the native op called straight from a module (what dyt's Python checks
-cost on top); on request, dyt.PackedDyT (`packed`: one parameter a layer). Needs a CUDA GPU; run it
+cost on top); on request, dyt.PackedDyT (`packed`: one parameter a layer) and dyt.DyT reading its
+parameters as attributes (`dyt-attribute-lookups`). Needs a CUDA GPU; run it
 alone (other processes on the host's CPUs move these numbers).
 
     CUDA_VISIBLE_DEVICES=0 python tools/layer_host.py [--rounds 5] [--layers 24] [--shapes 8x197x384]
@@ -47,6 +48,14 @@ class NativeOpDyT(dyt.DyT):
         return native.OP(x, self.alpha, self.weight, self.bias, False, False)
 
 
+class AttributeLookupDyT(dyt.DyT):
+    """dyt.DyT with its parameters read as attributes (through nn.Module.__getattr__), not from
+    _parameters as DyT.forward reads them: what the attribute reads cost."""
+
+    def forward(self, x):
+        return ops.dyt(x, self.alpha, self.weight, self.bias)
+
+
 def without_grad(norm: type, name: str) -> type:
     """norm with its parameter `name` frozen (requires_grad False): what one parameter's gradient costs the
     step (its accumulation into .grad, and whatever the norm's backward then skips)."""
@@ -66,6 +75,7 @@ NORMS = {
     "dyt-python": dyt.DyT,
     "packed": dyt.PackedDyT,
     "native-op": NativeOpDyT,
+    "dyt-attribute-lookups": AttributeLookupDyT,
     "layernorm-frozen-bias": without_grad(nn.LayerNorm, "bias"),
     "native-op-frozen-alpha": without_grad(NativeOpDyT, "alpha"),
 }
