@@ -37,6 +37,14 @@ class _Jit:
         return lambda *args, **kwargs: _Compiled()
 
 
+class _AttributeLookupDyT(dyt.DyT):
+    """dyt.DyT with its parameters read as attributes (nn.Module.__getattr__), not from _parameters as
+    DyT.forward reads them."""
+
+    def forward(self, x):
+        return ops.dyt(x, self.alpha, self.weight, self.bias)
+
+
 def stub_launches() -> None:
     for compiled in (launcher.FORWARD, launcher.BACKWARD, launcher.FINISH, launcher.FINISH_CF):
         compiled.kernel = _Jit(compiled.kernel)
@@ -84,6 +92,9 @@ def main() -> None:
     }
     if not args.channels_first:
         cases["ops.backward_impl"] = lambda: ops.backward_impl(dy, *detached)
+        module, lookups = dyt.DyT(C).requires_grad_(False), _AttributeLookupDyT(C).requires_grad_(False)
+        cases["dyt.DyT forward (no grad)"] = lambda: module(detached[0])
+        cases["  the same, parameters as attributes"] = lambda: lookups(detached[0])
     # The yardstick: the eager expression's dispatch alone (aten ops on tensors too small to compute).
     tiny = (torch.randn(2, 3, 8, dtype=torch.bfloat16, requires_grad=True), a, *(
         torch.randn(8, requires_grad=True) for _ in range(2)))  # fmt: skip
