@@ -159,8 +159,8 @@ class PackedDyT(DyT):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         try:
-            params = self._parameters.get("params")  # as DyT.forward reads its parameters
-            params = self.params if params is None else params
+            own = self._parameters  # read as DyT.forward reads its parameters
+            params = own["params"] if "params" in own else self.params
             return dyt_packed(x, params, bias=self.has_bias, channels_first=not self.channels_last)
         except (ValueError, TypeError) as err:
             if not str(err).startswith("dyt:"):

@@ -162,9 +162,17 @@ def test_the_views_read_and_write_params_and_an_optimizer_updates_them(seed):
         m.weight = nn.Parameter(torch.ones(8))
 
 
+class _Doubled(nn.Module):
+    def forward(self, t):
+        return 2 * t
+
+
 def test_forward_takes_params_where_it_is(seed):
     """PackedDyT.forward reads params from the module's parameters and, where it is not among them, as an
-    attribute: a reassigned parameter and torch.func.functional_call's substitute reach dyt_packed."""
+    attribute: a reassigned parameter, torch.func.functional_call's substitute and a parametrization
+    reach dyt_packed."""
+    from torch.nn.utils import parametrize
+
     torch.manual_seed(seed)
     m = dyt.PackedDyT(16).to(device())
     x = torch.randn(5, 16, device=device())
@@ -173,6 +181,10 @@ def test_forward_takes_params_where_it_is(seed):
     assert torch.equal(y, dyt.dyt_packed(x, substitute))
     m.params = nn.Parameter(torch.randn(33, device=device()))
     assert torch.equal(m(x), dyt.dyt_packed(x, m.params))
+    original = m.params.detach().clone()
+    parametrize.register_parametrization(m, "params", _Doubled())
+    assert "params" not in m._parameters
+    assert torch.equal(m(x), dyt.dyt_packed(x, 2 * original))
 
 
 def test_a_state_dict_of_another_width_is_refused_in_dyts_names():
