@@ -8,6 +8,7 @@ native path from their second call, with the Python path's bits, under CUDA grap
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -449,6 +450,55 @@ def test_native_calls_autograd_need_not_see_have_no_grad_fn(mode, seed, ext):
     y = call_in_mode(mode, dyt.dyt, args)
     assert y.grad_fn is None and not y.requires_grad
     assert torch.equal(y, through_autograd.detach())
+
+
+def _next_sequence_nr(leaf: torch.Tensor) -> int:
+    """The autograd sequence number the next node made on this thread takes (every node takes one)."""
+    return (leaf * 2).grad_fn._sequence_nr() + 1
+
+
+@pytest.mark.gpu_only
+@pytest.mark.parametrize("packed", [False, True], ids=["DyT", "PackedDyT"])
+@pytest.mark.parametrize("mode", ["no_grad", "no_input_requires_grad"])
+def test_native_calls_autograd_need_not_see_make_no_node(mode, packed, seed, ext):
+    """Where autograd need not record a call, the op makes no autograd node and drops it (what
+    Function::apply does): the sequence number that every new node takes does not move over such calls."""
+    import dyt
+
+    inp = make_inputs((37, 96), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    module = (dyt.PackedDyT if packed else dyt.DyT)(96).cuda()
+    leaf = torch.ones(1, device="cuda", requires_grad=True)
+    x = inp.x if mode == "no_grad" else inp.x.detach()
+    if mode == "no_input_requires_grad":
+        module.requires_grad_(False)
+
+    def calls():
+        with torch.no_grad() if mode == "no_grad" else contextlib.nullcontext():
+            return [module(x) for _ in range(3)]
+
+    calls()  # fills the caches
+    before = _next_sequence_nr(leaf)
+    ys = calls()
+    assert _next_sequence_nr(leaf) == before + 1, "a call autograd need not see made an autograd node"
+    assert all(y.grad_fn is None for y in ys)
+    module.requires_grad_(True)
+    assert torch.equal(ys[0], module(inp.x).detach())
+
+
+@pytest.mark.gpu_only
+def test_native_op_refuses_forward_mode_tangents_under_no_grad(seed, ext):
+    """A forward-mode tangent on x is refused as the autograd node refuses it (C++ Functions have no jvp),
+    also where autograd need not record the call: it is never dropped in silence."""
+    import torch.autograd.forward_ad as fwAD
+
+    import dyt
+
+    inp = make_inputs((37, 96), torch.bfloat16, seed=seed, param_dtype=torch.float32)
+    args = [t.detach() for t in (inp.alpha, inp.gamma, inp.beta)]
+    with fwAD.dual_level(), torch.no_grad():
+        x = fwAD.make_dual(inp.x.detach(), torch.randn_like(inp.x))
+        with pytest.raises(RuntimeError, match="jvp"):
+            dyt.dyt(x, *args)
 
 
 @pytest.mark.gpu_only

@@ -604,8 +604,18 @@ struct DyTFunction : public torch::autograd::Function<DyTFunction> {
   }
 };
 
+// Whether autograd must see a call with this input: grad mode on and the input requiring grad, or a
+// forward-mode tangent on it (which Function::apply refuses for C++ functions, and must go on refusing).
+bool records(const at::Tensor& t) {
+  return t.defined() && ((at::GradMode::is_enabled() && t.requires_grad()) || t._fw_grad(0).defined());
+}
+
+// Where autograd need not record the call (no_grad, or no input requiring grad), the forward runs as it is:
+// Function::apply would make, fill and drop a node on every call.
 at::Tensor dyt_autograd(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
                         const std::optional<at::Tensor>& beta, bool channels_first, bool poison) {
+  if (!records(x) && !records(alpha) && !records(gamma) && !(beta.has_value() && records(*beta)))
+    return forward_cuda(x, alpha, gamma, beta, channels_first, poison);
   return DyTFunction::apply(x, alpha, gamma, beta, channels_first, poison);
 }
 
@@ -712,6 +722,7 @@ struct DyTPackedFunction : public torch::autograd::Function<DyTPackedFunction> {
 
 at::Tensor dyt_packed_autograd(const at::Tensor& x, const at::Tensor& params, bool has_beta, bool channels_first,
                                bool poison) {
+  if (!records(x) && !records(params)) return forward_packed_cuda(x, params, has_beta, channels_first, poison);
   return DyTPackedFunction::apply(x, params, has_beta, channels_first, poison);
 }
 
