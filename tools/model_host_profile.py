@@ -12,6 +12,12 @@ variant's median per-step ratio to the first variant's. dyt-frozen-alpha is dyt 
 frozen (requires_grad False: no gradient accumulated, no optimizer state), what the third parameter costs;
 packed-dyt-views is PackedDyT calling dyt.dyt on views of its parameter, where packed_dyt calls the native
 packed op.
+
+--kernels prints the GPU's side instead: each variant's kernel time per step by kernel name (torch.profiler's
+CUDA activity), compiled variants included (compile_*: the kernels that graphs_* replays, Inductor's and
+dyt's, each launched on its own):
+
+    python tools/model_host_profile.py --model narrow --batch 8 --kernels --variants compile_eager,compile_dyt
 """
 
 import argparse
@@ -71,6 +77,22 @@ def python_table(step, n: int, top: int) -> str:
     stats = pstats.Stats(prof, stream=out)
     stats.sort_stats("tottime").print_stats(top)
     return "\n".join("  " + line for line in out.getvalue().splitlines() if line.strip())
+
+
+def kernel_table(step, n: int, top: int) -> str:
+    """torch.profiler's CUDA kernels over n steps: GPU time and launches per step, the top kernels by time."""
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        _sync()
+    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels.sort(key=lambda e: e.self_device_time_total, reverse=True)
+    total = sum(e.self_device_time_total for e in kernels) / n
+    lines = [f"  kernel time per step: {total:.1f} us in {sum(e.count for e in kernels) / n:.0f} kernels"]
+    lines.append(f"  {'kernel':88s} {'us/step':>9s} {'calls/step':>10s}")
+    for e in kernels[:top]:
+        lines.append(f"  {e.key[:88]:88s} {e.self_device_time_total / n:9.1f} {e.count / n:10.1f}")
+    return "\n".join(lines)
 
 
 PARTS = ("zero_grad", "forward", "backward", "optimizer")
@@ -153,9 +175,12 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test")
     parser.add_argument("--parts", action="store_true", help="time a training step's parts (see above)")
     parser.add_argument("--part-steps", type=int, default=120, help="--parts: timed steps per variant")
+    parser.add_argument("--kernels", action="store_true", help="GPU kernel time per step (see above)")
     args = parser.parse_args()
     if args.parts and args.mode != "train":
         parser.error("--parts times training steps: leave --mode at train")
+    if args.kernels and (args.parts or args.python):
+        parser.error("--kernels prints kernel tables alone: leave out --parts and --python")
 
     spec = model_bench.model_specs()[args.model]
     torch.manual_seed(0)
@@ -188,6 +213,10 @@ def main() -> None:
         median = statistics.median(timed[name])
         print(f"  {name:14s} {median:8.2f}  rounds {rounds}  replaced {steps[name][1]}")
     for name in variants:
+        if args.kernels:
+            print(f"\n{name}: GPU kernels")
+            print(kernel_table(steps[name][0], args.steps, args.top))
+            continue
         print(f"\n{name}: torch.profiler")
         print(op_table(steps[name][0], args.steps, args.top))
         if args.python:
