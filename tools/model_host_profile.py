@@ -85,7 +85,11 @@ def kernel_table(step, n: int, top: int) -> str:
         for _ in range(n):
             step()
         _sync()
-    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = [  # the GPU's events less user annotations (the optimizer's step span), which are no kernels
+        e
+        for e in prof.key_averages()
+        if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+    ]
     kernels.sort(key=lambda e: e.self_device_time_total, reverse=True)
     total = sum(e.self_device_time_total for e in kernels) / n
     lines = [f"  kernel time per step: {total:.1f} us in {sum(e.count for e in kernels) / n:.0f} kernels"]
