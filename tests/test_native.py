@@ -457,12 +457,32 @@ def _next_sequence_nr(leaf: torch.Tensor) -> int:
     return (leaf * 2).grad_fn._sequence_nr() + 1
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["dyt", "dyt_packed"])
+@pytest.mark.parametrize("mode", ["no_grad", "no_input_requires_grad", "recorded"])
+def test_the_op_makes_a_node_only_where_autograd_records(mode, packed, ext):
+    """On any machine: the op's Autograd kernel makes its node (Function::apply, which makes it before the
+    forward runs) only where autograd records the call; off CUDA the forward then refuses the tensors, so
+    the sequence number that every new node takes tells which way the call went."""
+    x, alpha, gamma, beta = _args(torch.randn(4, 8))
+    leaf = torch.ones(1, requires_grad=True)
+    if mode != "no_input_requires_grad":
+        x.requires_grad_(True)
+    call = (lambda: ext.dyt_packed(x, torch.cat([gamma, beta, alpha]), True, False, False)) if packed else (
+        lambda: ext.dyt(x, alpha, gamma, beta, False, False))  # fmt: skip
+    before = _next_sequence_nr(leaf)
+    with torch.no_grad() if mode == "no_grad" else contextlib.nullcontext():
+        with pytest.raises(RuntimeError, match="x must be a CUDA tensor"):
+            call()
+    made = _next_sequence_nr(leaf) - before - 1
+    assert made == (1 if mode == "recorded" else 0), f"{made} autograd nodes made by a {mode} call"
+
+
 @pytest.mark.gpu_only
 @pytest.mark.parametrize("packed", [False, True], ids=["DyT", "PackedDyT"])
 @pytest.mark.parametrize("mode", ["no_grad", "no_input_requires_grad"])
 def test_native_calls_autograd_need_not_see_make_no_node(mode, packed, seed, ext):
-    """Where autograd need not record a call, the op makes no autograd node and drops it (what
-    Function::apply does): the sequence number that every new node takes does not move over such calls."""
+    """Where autograd need not record a call, the op makes no autograd node (Function::apply would make one
+    and drop it): the sequence number that every new node takes does not move over such calls."""
     import dyt
 
     inp = make_inputs((37, 96), torch.bfloat16, seed=seed, param_dtype=torch.float32)
