@@ -85,11 +85,11 @@ def kernel_table(step, n: int, top: int) -> str:
         for _ in range(n):
             step()
         _sync()
-    kernels = [  # the GPU's events less user annotations (the optimizer's step span), which are no kernels
-        e
-        for e in prof.key_averages()
-        if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
-    ]
+    events = prof.key_averages()
+    # The GPU's events less the spans of user annotations (the optimizer's step), which are no kernels: their
+    # names are those of the CPU-side annotations.
+    spans = {e.key for e in events if getattr(e, "is_user_annotation", False)}
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and e.key not in spans]
     kernels.sort(key=lambda e: e.self_device_time_total, reverse=True)
     total = sum(e.self_device_time_total for e in kernels) / n
     lines = [f"  kernel time per step: {total:.1f} us in {sum(e.count for e in kernels) / n:.0f} kernels"]
