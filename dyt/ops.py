@@ -5,7 +5,9 @@ autograd.Function. Under torch.compile the forward is the custom op `torch.ops.d
 node (its fake implementation validates, so dyt's messages reach the user), and AOTAutograd traces it as
 the plain float32 expression, which Inductor fuses into the neighbouring kernels; the backward is the
 triton op `torch.ops.dyt.backward`, whose kernels Inductor launches from its own generated code (no
-Python dispatch per call; docs/host-path.md, "Compiled mode"). fullgraph and CUDA graphs work.
+Python dispatch per call; docs/host-path.md, "Compiled mode"). fullgraph and CUDA graphs work. Under
+torch.func's transforms (grad, vmap, jvp, jacrev, hessian, ...) and forward-mode AD, calls run the
+contract's float32 expression in PyTorch ops, which every transform can trace and batch.
 
 Dtype contract: arithmetic in float32; y and dx in x.dtype; dalpha, dgamma, dbeta in alpha's, gamma's
 and beta's own dtypes, accumulated in float32 and never rounded through x.dtype.
@@ -266,6 +268,48 @@ class _EagerDyT(torch.autograd.Function):
         return *_input_grads(ctx, grads), None
 
 
+class _ComposableDyT(torch.autograd.Function):
+    """dyt under torch.func transforms and forward-mode AD: forward, backward and jvp in PyTorch ops
+    (dyt.torch_path), so that vmap batches them (generate_vmap_rule), grad and jvp compose, and every
+    order of derivative exists; the contract's float32 arithmetic, dtypes and sech^2. No kernel runs:
+    a kernel launch cannot be batched or carry a tangent. channels_first: x is (N, C, *spatial)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, alpha, gamma, beta, channels_first):
+        return torch_path.forward(x, alpha, gamma, beta, x.dtype, channels_first=channels_first)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, alpha, gamma, beta, channels_first = inputs
+        ctx.save_for_backward(x, alpha, gamma, beta)
+        ctx.save_for_forward(x, alpha, gamma, beta)
+        ctx.channels_first = channels_first
+        ctx.has_beta = beta is not None
+        ctx.alpha_shape = alpha.shape
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, alpha, gamma, beta = ctx.saved_tensors
+        dx, dalpha, dgamma, dbeta = torch_path.differentiable_backward(
+            dy, x, alpha, gamma, beta, channels_first=ctx.channels_first
+        )
+        return dx, dalpha.reshape(ctx.alpha_shape), dgamma, dbeta if ctx.has_beta else None, None
+
+    @staticmethod
+    def jvp(ctx, x_t, alpha_t, gamma_t, beta_t, _):
+        x, alpha, gamma, beta = ctx.saved_tensors
+        return torch_path.tangent((x_t, alpha_t, gamma_t, beta_t), x, alpha, gamma, beta,
+                                  channels_first=ctx.channels_first)  # fmt: skip
+
+
+def _transformed() -> bool:
+    """Whether a torch.func transform or a forward-mode AD dual level is active: the call takes
+    _ComposableDyT. (A forward-mode tangent exists only inside a dual level.)"""
+    return _functorch_active() or _forward_ad._current_level >= 0
+
+
 def dyt(
     x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -291,6 +335,8 @@ def dyt(
     if op is not None:
         return _call_native(op, x, alpha, gamma, beta, False)
     validate(x, alpha, gamma, beta)
+    if _transformed():
+        return _ComposableDyT.apply(x, alpha, gamma, beta, False)
     if _records_grad(x, alpha, gamma, beta):
         return _EagerDyT.apply(x, alpha, gamma, beta, False)
     return forward_impl(x, alpha, gamma, beta)
@@ -298,12 +344,12 @@ def dyt(
 
 def _native_op(x):
     """torch.ops.dyt_native.dyt where this call runs on the native path, else None (dyt.native says what
-    takes the Python path). Loads the extension on the first CUDA call. x may be anything (not yet
-    validated)."""
+    takes the Python path; so do torch.func transforms and forward-mode AD, _transformed). Loads the
+    extension on the first CUDA call. x may be anything (not yet validated)."""
     if not isinstance(x, torch.Tensor) or not x.is_cuda or native is None:
         return None
     op = native.OP or native.ensure()
-    if (op is None or not launcher.native_plans or _functorch_active() or direct_launch.hooks_set()
+    if (op is None or not launcher.native_plans or _transformed() or direct_launch.hooks_set()
             or not (x.is_contiguous() or (x.dim() == 2 and x.stride(1) == 1))):  # fmt: skip
         return None
     return op
@@ -326,16 +372,17 @@ def _call_native(op, x, alpha, gamma, beta, channels_first: bool) -> torch.Tenso
 
 
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_forward_ad = torch.autograd.forward_ad  # its _current_level: the active dual level, -1 outside any
 
 
 def _records_grad(x, alpha, gamma, beta) -> bool:
-    """Whether autograd must see this call. Where it need not (no_grad, inference_mode, or no input that
-    requires grad), the autograd.Function would cost host time for a tensor without grad_fn
-    (docs/host-path.md). Under torch.func transforms the Function's own checks and errors apply."""
+    """Whether autograd must see this call (outside torch.func transforms, _transformed). Where it need
+    not (no_grad, inference_mode, or no input that requires grad), the autograd.Function would cost host
+    time for a tensor without grad_fn (docs/host-path.md)."""
     if not torch.is_grad_enabled():
-        return _functorch_active()
+        return False
     needs = x.requires_grad or alpha.requires_grad or gamma.requires_grad
-    return needs or (beta is not None and beta.requires_grad) or _functorch_active()
+    return needs or (beta is not None and beta.requires_grad)
 
 
 # Channels-first input: (N, C, *spatial), scaled along dim 1 (ConvNeXt's LayerNorm2d places).
@@ -358,6 +405,8 @@ def dyt_channels_first(
     if op is not None and x.is_contiguous():
         return _call_native(op, x, alpha, gamma, beta, True)
     validate(x, alpha, gamma, beta, channels_first=True)
+    if _transformed():
+        return _ComposableDyT.apply(x, alpha, gamma, beta, True)
     kernels = _use_triton(x)
     if not x.is_contiguous() or not kernels:
         moved = x.movedim(1, -1)

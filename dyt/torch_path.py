@@ -3,7 +3,8 @@
 Same float32 arithmetic, same output dtypes, same sech^2 formulation (no 1 - tanh^2 cancellation), so a
 model built on DyT still runs, and agrees with the kernels to float32 rounding, on a machine with no GPU.
 differentiable_backward is the backward for passes that build a graph (create_graph=True), on every
-device: the kernels' gradients are not differentiable again.
+device: the kernels' gradients are not differentiable again. forward and tangent are also what calls
+under torch.func transforms or forward-mode AD run, on every device (dyt.ops._ComposableDyT).
 """
 
 from __future__ import annotations
@@ -22,11 +23,26 @@ def _tanh_sech2(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return t, sech2
 
 
-def forward(x2d, alpha, gamma, beta, out_dtype) -> torch.Tensor:
-    t = torch.tanh(alpha.float().reshape(()) * x2d.float())
-    y = gamma.float() * t
+def _channel_view(p: torch.Tensor, x: torch.Tensor, channels_first: bool) -> torch.Tensor:
+    """A per-channel float32 parameter shaped to broadcast against x: (C,) over the last dimension, or
+    (C, 1, ..., 1) over dim 1 of a channels-first x (N, C, *spatial)."""
+    p = p.float()
+    return p.reshape(p.shape[0], *([1] * (x.dim() - 2))) if channels_first and x.dim() > 2 else p
+
+
+def _sech2(z: torch.Tensor) -> torch.Tensor:
+    """sech^2 = 4h / (1 + h)^2 with h = exp(-2|z|): accurate at every z (no 1 - tanh^2 cancellation) and,
+    unlike 2 / (exp(2|z|) + 1), finite in its own derivatives where exp(2|z|) overflows."""
+    h = torch.exp(-2.0 * z.abs())
+    return 4.0 * h / (1.0 + h) ** 2
+
+
+def forward(x, alpha, gamma, beta, out_dtype, *, channels_first: bool = False) -> torch.Tensor:
+    """y of x of any rank, (rows, C) or as it is, in out_dtype. channels_first: x is (N, C, *spatial)."""
+    t = torch.tanh(alpha.float().reshape(()) * x.float())
+    y = _channel_view(gamma, x, channels_first) * t
     if beta is not None:
-        y = y + beta.float()
+        y = y + _channel_view(beta, x, channels_first)
     return y.to(out_dtype)
 
 
@@ -42,25 +58,36 @@ def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbet
     return dx, dalpha, dgamma, dbeta
 
 
+def tangent(tangents, x, alpha, gamma, beta, *, channels_first: bool = False) -> torch.Tensor:
+    """The forward-mode derivative of y along (x, alpha, gamma, beta)'s tangents (None: no tangent), in
+    float32 with _sech2, in x.dtype and x's shape."""
+    x_t, alpha_t, gamma_t, beta_t = tangents
+    a, xf = alpha.float().reshape(()), x.float()
+    z = a * xf
+    total = torch.zeros_like(xf)
+    if x_t is not None or alpha_t is not None:
+        dz = (a * x_t.float() if x_t is not None else 0.0) + (
+            alpha_t.float().reshape(()) * xf if alpha_t is not None else 0.0
+        )
+        total = total + _channel_view(gamma, x, channels_first) * _sech2(z) * dz
+    if gamma_t is not None:
+        total = total + _channel_view(gamma_t, x, channels_first) * torch.tanh(z)
+    if beta_t is not None:
+        total = total + _channel_view(beta_t, x, channels_first)
+    return total.to(x.dtype)
+
+
 def differentiable_backward(dy, x, alpha, gamma, beta, *, channels_first: bool = False):
     """(dx, dalpha shaped (1,), dgamma, dbeta) as PyTorch ops that autograd records, so that gradients of
     the gradients exist (double backward, gradient penalties); the contract's float32 arithmetic and
-    dtypes, dbeta in gamma's dtype without beta. channels_first: x is (N, C, *spatial).
-
-    sech^2 = 4h / (1 + h)^2 with h = exp(-2|z|): accurate at every z (no 1 - tanh^2 cancellation) and, unlike
-    2 / (exp(2|z|) + 1), finite in its own derivatives where exp(2|z|) overflows."""
+    dtypes, dbeta in gamma's dtype without beta, sech^2 as _sech2 computes it. channels_first: x is (N, C,
+    *spatial)."""
     a = alpha.float().reshape(())
     xf, dyf = x.float(), dy.float()
-    if channels_first and x.dim() > 2:
-        g = gamma.float().reshape(gamma.shape[0], *([1] * (x.dim() - 2)))
-        dims = [0, *range(2, x.dim())]
-    else:
-        g = gamma.float()
-        dims = list(range(x.dim() - 1))
+    g = _channel_view(gamma, x, channels_first)
+    dims = [0, *range(2, x.dim())] if channels_first and x.dim() > 2 else list(range(x.dim() - 1))
     z = a * xf
-    h = torch.exp(-2.0 * z.abs())
-    sech2 = 4.0 * h / (1.0 + h) ** 2
-    dz = dyf * g * sech2
+    dz = dyf * g * _sech2(z)
     dbeta_dtype = gamma.dtype if beta is None else beta.dtype
     return (
         (dz * a).to(x.dtype),

@@ -507,18 +507,17 @@ def test_native_calls_autograd_need_not_see_make_no_node(mode, packed, seed, ext
 
 @pytest.mark.gpu_only
 def test_native_op_refuses_forward_mode_tangents_under_no_grad(seed, ext):
-    """A forward-mode tangent on x is refused as the autograd node refuses it (C++ Functions have no jvp),
-    also where autograd need not record the call: it is never dropped in silence."""
+    """The op itself refuses a forward-mode tangent on x as its autograd node refuses it (C++ Functions have
+    no jvp), also where autograd need not record the call: it is never dropped in silence. dyt.dyt does
+    not hand it one (tests/test_transforms.py: such calls take dyt.ops._ComposableDyT)."""
     import torch.autograd.forward_ad as fwAD
-
-    import dyt
 
     inp = make_inputs((37, 96), torch.bfloat16, seed=seed, param_dtype=torch.float32)
     args = [t.detach() for t in (inp.alpha, inp.gamma, inp.beta)]
     with fwAD.dual_level(), torch.no_grad():
         x = fwAD.make_dual(inp.x.detach(), torch.randn_like(inp.x))
         with pytest.raises(RuntimeError, match="jvp"):
-            dyt.dyt(x, *args)
+            ext.dyt(x, *args, False, False)
 
 
 @pytest.mark.gpu_only
