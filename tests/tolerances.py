@@ -6,8 +6,7 @@ allowance also holds the terms' own rounding, EVAL_ULPS float32 ulps of their ro
 the error that even an exact accumulation of float32 terms carries.
 bfloat16/float16 storage: every element within one ulp of the reference rounded to that dtype, plus the
 float32 evaluation error of the expression: EVAL_ULPS float32 ulps of its largest term (scale), so that
-results that cancel to nearly zero are judged by what float32 arithmetic can deliver. Outputs that are
-sums of a few float32 terms in every element (forward-mode tangents) take that rule in float32 too.
+results that cancel to nearly zero are judged by what float32 arithmetic can deliver.
 NaN patterns, and the positions and signs of infinities, must match the reference exactly.
 """
 
@@ -56,15 +55,12 @@ def assert_same_nonfinite(name: str, got: torch.Tensor, ref: torch.Tensor) -> No
 
 
 def assert_close(name: str, got: torch.Tensor, ref: torch.Tensor, *, kind: str, storage: torch.dtype,
-                 scale: torch.Tensor | None = None, rss: torch.Tensor | None = None,
-                 elementwise: bool = False) -> None:  # fmt: skip
+                 scale: torch.Tensor | None = None, rss: torch.Tensor | None = None) -> None:  # fmt: skip
     """got (any dtype) against the float64 ref; kind 'out' (y, dx) or 'param' (parameter gradients).
 
     storage is the dtype the value is stored in (got.dtype); scale is the magnitude of the largest float32
     term of each element's expression (defaults to |ref|), used by the 16-bit rule; rss is each parameter
-    gradient's root sum of squared terms, used by the float32 rule for parameter gradients. elementwise:
-    the 16-bit rule in float32 storage too, for outputs whose every element is a sum of float32 terms that
-    may cancel (a forward-mode tangent: its scale is the sum of its terms' magnitudes).
+    gradient's root sum of squared terms, used by the float32 rule for parameter gradients.
     """
     assert got.dtype == storage, f"{name}: dtype {got.dtype}, expected {storage}"
     assert tuple(got.shape) == tuple(ref.shape), (
@@ -76,7 +72,7 @@ def assert_close(name: str, got: torch.Tensor, ref: torch.Tensor, *, kind: str, 
     g, r = got64[finite], ref[finite]
     if r.numel() == 0:
         return
-    if storage == torch.float32 and not elementwise:
+    if storage == torch.float32:
         err = (g - r).norm()
         norm = r.norm()
         rel = float(err / norm) if norm > 0 else float(err)
