@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import warnings
@@ -28,19 +29,27 @@ class DyT(nn.Module):
     num_features must be an int; dtype (of the parameters) float32, bfloat16 or float16. The output has
     x's dtype, also under autocast: autocast does not recast DyT's inputs or output, whereas nn.LayerNorm
     (and the paper's eager module, by type promotion) return float32 there for float32 parameters.
+
+    autocast_output=True: where autocast is on for x's device, the output comes in autocast's dtype (the
+    float32 result rounded once, dyt's out_dtype), which is what a linear layer or convolution after the
+    norm casts it to: that cast's kernel and its backward's are gone, the values it feeds them the same
+    bits. Right where the output feeds only such layers (the pre-norm blocks of ViT and LLaMA); where it
+    also feeds a residual sum or another float32 consumer, that consumer sees the rounded values
+    (docs/host-path.md, "Autocast output").
     """
 
     def __init__(self, num_features: int, *, alpha_init: float = 0.5, bias: bool = True,
-                 channels_last: bool = True, device=None, dtype=None):  # fmt: skip
+                 channels_last: bool = True, autocast_output: bool = False, device=None,
+                 dtype=None):  # fmt: skip
         super().__init__()
-        factory = self._settle(num_features, alpha_init, channels_last, device, dtype)
+        factory = self._settle(num_features, alpha_init, channels_last, autocast_output, device, dtype)
         self.alpha = nn.Parameter(torch.full((1,), self.alpha_init, **factory))
         self.weight = nn.Parameter(torch.ones(self.num_features, **factory))
         self.bias = nn.Parameter(torch.zeros(self.num_features, **factory)) if bias else None
 
-    def _settle(self, num_features, alpha_init, channels_last, device, dtype) -> dict:
-        """Checks the arguments, sets num_features, alpha_init and channels_last; the parameters' factory
-        keywords."""
+    def _settle(self, num_features, alpha_init, channels_last, autocast_output, device, dtype) -> dict:
+        """Checks the arguments, sets num_features, alpha_init, channels_last and autocast_output; the
+        parameters' factory keywords."""
         name = type(self).__name__
         try:
             if isinstance(num_features, bool):
@@ -57,6 +66,7 @@ class DyT(nn.Module):
         self.num_features = width
         self.alpha_init = float(alpha_init)
         self.channels_last = channels_last
+        self.autocast_output = bool(autocast_output)
         return {"device": device, "dtype": dtype}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -67,10 +77,11 @@ class DyT(nn.Module):
         alpha = params["alpha"] if "alpha" in params else self.alpha
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
+        out_dtype = _autocast_dtype(x) if self.autocast_output else None
         try:
             if self.channels_last:
-                return dyt(x, alpha, weight, bias)
-            return dyt_channels_first(x, alpha, weight, bias)
+                return dyt(x, alpha, weight, bias, out_dtype=out_dtype)
+            return dyt_channels_first(x, alpha, weight, bias, out_dtype=out_dtype)
         except (ValueError, TypeError) as err:
             if not str(err).startswith("dyt:"):
                 raise
@@ -115,8 +126,16 @@ class DyT(nn.Module):
         return (("alpha", self.alpha), ("weight", self.weight), ("bias", self.bias))
 
     def extra_repr(self) -> str:
+        cast = ", autocast_output=True" if self.autocast_output else ""
         return (f"{self.num_features}, alpha_init={self.alpha_init}, bias={self.bias is not None}, "
-                f"channels_last={self.channels_last}")  # fmt: skip
+                f"channels_last={self.channels_last}{cast}")  # fmt: skip
+
+
+def _autocast_dtype(x) -> torch.dtype | None:
+    """Autocast's dtype for x's device where autocast is on there, else None."""
+    if not isinstance(x, torch.Tensor) or not torch.is_autocast_enabled(x.device.type):
+        return None
+    return torch.get_autocast_dtype(x.device.type)
 
 
 class PackedDyT(DyT):
@@ -133,9 +152,10 @@ class PackedDyT(DyT):
     """
 
     def __init__(self, num_features: int, *, alpha_init: float = 0.5, bias: bool = True,
-                 channels_last: bool = True, device=None, dtype=None):  # fmt: skip
+                 channels_last: bool = True, autocast_output: bool = False, device=None,
+                 dtype=None):  # fmt: skip
         nn.Module.__init__(self)
-        factory = self._settle(num_features, alpha_init, channels_last, device, dtype)
+        factory = self._settle(num_features, alpha_init, channels_last, autocast_output, device, dtype)
         self.has_bias = bool(bias)
         init = [torch.ones(self.num_features, **factory)]
         if self.has_bias:
@@ -161,7 +181,9 @@ class PackedDyT(DyT):
         try:
             own = self._parameters  # read as DyT.forward reads its parameters
             params = own["params"] if "params" in own else self.params
-            return dyt_packed(x, params, bias=self.has_bias, channels_first=not self.channels_last)
+            out_dtype = _autocast_dtype(x) if self.autocast_output else None
+            return dyt_packed(x, params, bias=self.has_bias, channels_first=not self.channels_last,
+                              out_dtype=out_dtype)  # fmt: skip
         except (ValueError, TypeError) as err:
             if not str(err).startswith("dyt:"):
                 raise
@@ -276,7 +298,7 @@ def _factory(m: nn.Module) -> dict:
 
 def convert_norms(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | None = None,
                   rmsnorm: bool = False, layouts: Mapping[type, str] | None = None, packed: bool = False,
-                  ) -> tuple[nn.Module, list[Converted]]:  # fmt: skip
+                  autocast_output: bool = False) -> tuple[nn.Module, list[Converted]]:  # fmt: skip
     """Replaces the norms of module (itself included) by fresh DyT modules; returns (module, converted).
 
     - nn.LayerNorm becomes DyT(C); timm's LayerNorm2d (channels-first, recognized by its class name and
@@ -295,13 +317,15 @@ def convert_norms(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | No
       and reads norm.eps): in eval and under torch.inference_mode it runs its modules, DyT among them;
       a converted nn.TransformerEncoder likewise stops packing inputs into nested tensors.
     - packed=True makes PackedDyT modules (alpha, weight and bias in one parameter) in place of DyT.
+    - autocast_output=True makes every DyT return autocast's dtype under autocast (DyT's argument: right
+      where each norm feeds only linear layers or convolutions).
     """
     layouts = dict(layouts or {})
     for cls, layout in layouts.items():
         if layout not in LAYOUTS:
             raise ValueError(f"convert_norms: layouts[{cls!r}] must be one of {LAYOUTS}, got {layout!r}")
     converted: list[Converted] = []
-    make = PackedDyT if packed else DyT
+    make = functools.partial(PackedDyT if packed else DyT, autocast_output=autocast_output)
     module = _convert(module, "", make, alpha_init, bias, rmsnorm, layouts, converted)
     return module, converted
 
@@ -335,16 +359,15 @@ def _convert(m, name, make, alpha_init, bias, rmsnorm, layouts, converted):
 
 def convert_layernorm(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | None = None,
                       rmsnorm: bool = False, layouts: Mapping[type, str] | None = None, packed: bool = False,
-                      ) -> nn.Module:  # fmt: skip
+                      autocast_output: bool = False) -> nn.Module:  # fmt: skip
     """convert_norms (see there for the arguments) that returns the module and says what it converted.
 
     The count per source class goes to the "dyt" logger (INFO); a model in which nothing converts gets
     a UserWarning (naming any RMSNorm modules left, which rmsnorm=True converts) instead of passing
     through unchanged without a word. convert_norms returns the list itself.
     """
-    module, converted = convert_norms(
-        module, alpha_init, bias=bias, rmsnorm=rmsnorm, layouts=layouts, packed=packed
-    )
+    module, converted = convert_norms(module, alpha_init, bias=bias, rmsnorm=rmsnorm, layouts=layouts,
+                                      packed=packed, autocast_output=autocast_output)  # fmt: skip
     if converted:
         counts: dict[str, int] = {}
         for c in converted:

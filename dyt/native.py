@@ -213,13 +213,14 @@ def _plain_overrides(poison: bool):
     return launcher.overrides(**launcher.native_overrides(poison))
 
 
-def _fill_forward(x, alpha, gamma, beta, channels_first, poison):
-    """dyt_native::fill_forward: y through dyt.launcher, and the record of its launch ([]: do not cache)."""
+def _fill_forward(x, alpha, gamma, beta, channels_first, poison, out_dtype):
+    """dyt_native::fill_forward: y in out_dtype through dyt.launcher, and the record of its launch ([]: do
+    not cache)."""
     from dyt import launcher
 
     with _plain_overrides(poison):
         one = alpha.reshape(1)
-        y = launcher.forward(x, one, gamma, beta, x.dtype, channels_first=channels_first)
+        y = launcher.forward(x, one, gamma, beta, out_dtype, channels_first=channels_first)
         if not y.numel():
             return y, []
         plan = launcher.forward_plan(x, gamma, beta, channels_first=channels_first)

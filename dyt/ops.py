@@ -39,10 +39,14 @@ except ImportError as _err:  # pragma: no cover - exercised only where triton is
 _NAMES = ("x", "alpha", "gamma", "beta")
 
 
-def validate(x, alpha, gamma, beta, *, channels_first: bool = False) -> None:
+def validate(x, alpha, gamma, beta, *, channels_first: bool = False, out_dtype=None) -> None:
     """Clear ValueError/TypeError naming what was expected and what came. Every call pays for these checks,
     so they are plain comparisons and the messages are built only on failure. Under torch.compile the op's
-    fake implementation runs them while tracing (see dyt()). channels_first: x is (N, C, *spatial)."""
+    fake implementation runs them while tracing (see dyt()). channels_first: x is (N, C, *spatial);
+    out_dtype: y's dtype, None for x's."""
+    if out_dtype is not None and out_dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"dyt: out_dtype must be torch.float32, torch.bfloat16, torch.float16 or None (x's "
+                        f"dtype), got {out_dtype!r}")  # fmt: skip
     tensors = (x, alpha, gamma) if beta is None else (x, alpha, gamma, beta)
     for t in tensors:
         if not isinstance(t, torch.Tensor) or t.dtype not in SUPPORTED_DTYPES:
@@ -112,23 +116,26 @@ def _use_triton(x: torch.Tensor) -> bool:
     return launcher is not None and launcher.interpreter_active() and x.device.type == "cpu"
 
 
-def forward_impl(x, alpha, gamma, beta, *, channels_first: bool = False) -> torch.Tensor:
+def forward_impl(x, alpha, gamma, beta, *, channels_first: bool = False, out_dtype=None) -> torch.Tensor:
     """The forward on validated inputs: kernels for CUDA (or the interpreter), plain PyTorch otherwise.
-    channels_first: x is a contiguous (N, C, *spatial) tensor that the kernels take (dyt_channels_first)."""
+    channels_first: x is a contiguous (N, C, *spatial) tensor that the kernels take (dyt_channels_first).
+    y in out_dtype, x's dtype where None."""
     beta = None if beta is None else beta.contiguous()
+    out_dtype = out_dtype or x.dtype
     if channels_first:
-        return launcher.forward(x, _as_one(alpha), gamma.contiguous(), beta, x.dtype, channels_first=True)
+        return launcher.forward(x, _as_one(alpha), gamma.contiguous(), beta, out_dtype, channels_first=True)
     if _use_triton(x):
-        y = launcher.forward(_as_rows(x), _as_one(alpha), gamma.contiguous(), beta, x.dtype)
+        y = launcher.forward(_as_rows(x), _as_one(alpha), gamma.contiguous(), beta, out_dtype)
     else:
-        y = torch_path.forward(_as_2d(x), _as_one(alpha), gamma.contiguous(), beta, x.dtype)
+        y = torch_path.forward(_as_2d(x), _as_one(alpha), gamma.contiguous(), beta, out_dtype)
     return _shaped_like(y, x)
 
 
 def backward_impl(dy, x, alpha, gamma, beta, *, traced: bool = False, channels_first: bool = False):
     """(dx, dalpha shaped (1,), dgamma, dbeta) on validated inputs; dbeta in gamma's dtype without beta.
-    traced: the kernels are launched through torch.library.wrap_triton (the triton op's body).
-    channels_first: as forward_impl's (dy of any strides)."""
+    dy may have another dtype than x (y's, out_dtype); dx has x's. traced: the kernels are launched through
+    torch.library.wrap_triton (the triton op's body). channels_first: as forward_impl's (dy of any
+    strides)."""
     if dy.shape != x.shape:
         raise ValueError(f"dyt: dy must have x's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
     dtypes = (x.dtype, alpha.dtype, gamma.dtype, gamma.dtype if beta is None else beta.dtype)
@@ -150,18 +157,19 @@ def backward_impl(dy, x, alpha, gamma, beta, *, traced: bool = False, channels_f
 
 @torch.library.custom_op("dyt::forward", mutates_args=())
 def _forward_op(
-    x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None
-) -> torch.Tensor:
-    validate(x, alpha, gamma, beta)
+    x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:  # fmt: skip
+    validate(x, alpha, gamma, beta, out_dtype=out_dtype)
     backward_op()
-    return forward_impl(x, alpha, gamma, beta)
+    return forward_impl(x, alpha, gamma, beta, out_dtype=out_dtype)
 
 
 @_forward_op.register_fake
-def _(x, alpha, gamma, beta):
-    validate(x, alpha, gamma, beta)
+def _(x, alpha, gamma, beta, out_dtype=None):
+    validate(x, alpha, gamma, beta, out_dtype=out_dtype)
     backward_op()  # registered while Dynamo traces, before AOTAutograd traces the backward
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
 
 
 @_forward_op.register_torch_dispatch(FunctionalTensorMode)
@@ -173,8 +181,8 @@ def _forward_as_expression(mode, func, types, args, kwargs):
     if any(not issubclass(t, torch._subclasses.FakeTensor) and t not in known for t in types):
         return NotImplemented
     with mode:
-        x, alpha, gamma, beta = args
-        return torch_path.forward(x, _as_one(alpha), gamma, beta, x.dtype)
+        x, alpha, gamma, beta, out_dtype = (*args, kwargs.get("out_dtype"))[:5]
+        return torch_path.forward(x, _as_one(alpha), gamma, beta, out_dtype or x.dtype)
 
 
 # The backward is a triton op where Triton compiles kernels (its body, traced by AOTAutograd, shows
@@ -237,11 +245,11 @@ def _input_grads(ctx, grads):
 
 
 def _setup_context(ctx, inputs, output):
-    _save_for_backward(ctx, *inputs)
+    _save_for_backward(ctx, *inputs[:4])
 
 
 def _backward(ctx, dy):
-    return _input_grads(ctx, backward_op()(dy, *ctx.saved_tensors))
+    return *_input_grads(ctx, backward_op()(dy, *ctx.saved_tensors)), None
 
 
 torch.library.register_autograd("dyt::forward", _backward, setup_context=_setup_context)
@@ -252,10 +260,10 @@ class _EagerDyT(torch.autograd.Function):
     itself (docs/host-path.md). channels_first: dyt_channels_first's contiguous input (forward_impl)."""
 
     @staticmethod
-    def forward(ctx, x, alpha, gamma, beta, channels_first):
+    def forward(ctx, x, alpha, gamma, beta, channels_first, out_dtype):
         _save_for_backward(ctx, x, alpha, gamma, beta)
         ctx.channels_first = channels_first
-        return forward_impl(x, alpha, gamma, beta, channels_first=channels_first)
+        return forward_impl(x, alpha, gamma, beta, channels_first=channels_first, out_dtype=out_dtype)
 
     @staticmethod
     def backward(ctx, dy):
@@ -265,7 +273,7 @@ class _EagerDyT(torch.autograd.Function):
             )
         else:
             grads = backward_impl(dy, *ctx.saved_tensors, channels_first=ctx.channels_first)
-        return *_input_grads(ctx, grads), None
+        return *_input_grads(ctx, grads), None, None
 
 
 class _ComposableDyT(torch.autograd.Function):
@@ -277,15 +285,16 @@ class _ComposableDyT(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x, alpha, gamma, beta, channels_first):
-        return torch_path.forward(x, alpha, gamma, beta, x.dtype, channels_first=channels_first)
+    def forward(x, alpha, gamma, beta, channels_first, out_dtype):
+        return torch_path.forward(x, alpha, gamma, beta, out_dtype or x.dtype, channels_first=channels_first)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, alpha, gamma, beta, channels_first = inputs
+        x, alpha, gamma, beta, channels_first, out_dtype = inputs
         ctx.save_for_backward(x, alpha, gamma, beta)
         ctx.save_for_forward(x, alpha, gamma, beta)
         ctx.channels_first = channels_first
+        ctx.out_dtype = out_dtype or x.dtype
         ctx.has_beta = beta is not None
         ctx.alpha_shape = alpha.shape
 
@@ -295,13 +304,13 @@ class _ComposableDyT(torch.autograd.Function):
         dx, dalpha, dgamma, dbeta = torch_path.differentiable_backward(
             dy, x, alpha, gamma, beta, channels_first=ctx.channels_first
         )
-        return dx, dalpha.reshape(ctx.alpha_shape), dgamma, dbeta if ctx.has_beta else None, None
+        return dx, dalpha.reshape(ctx.alpha_shape), dgamma, dbeta if ctx.has_beta else None, None, None
 
     @staticmethod
-    def jvp(ctx, x_t, alpha_t, gamma_t, beta_t, _):
+    def jvp(ctx, x_t, alpha_t, gamma_t, beta_t, *_):
         x, alpha, gamma, beta = ctx.saved_tensors
         return torch_path.tangent((x_t, alpha_t, gamma_t, beta_t), x, alpha, gamma, beta,
-                                  channels_first=ctx.channels_first)  # fmt: skip
+                                  channels_first=ctx.channels_first, out_dtype=ctx.out_dtype)  # fmt: skip
 
 
 def _transformed() -> bool:
@@ -311,21 +320,24 @@ def _transformed() -> bool:
 
 
 def dyt(
-    x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None = None
-) -> torch.Tensor:
+    x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None = None, *,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:  # fmt: skip
     """y = gamma * tanh(alpha * x) + beta over the last dimension of x; differentiable in all four.
 
     x: (..., C) float32/bfloat16/float16, any strides. alpha: one element. gamma, beta: (C,); beta may be
     None (LLaMA-style DyT). Parameters may be float32 while x is 16-bit (mixed precision). Under
     torch.compile this is the custom op torch.ops.dyt.forward; eagerly, the same kernels with less dispatch.
     y has x's dtype, also under autocast (which does not recast dyt's inputs or output; nn.LayerNorm and
-    the eager expression with float32 parameters return float32 there).
+    the eager expression with float32 parameters return float32 there), unless out_dtype names another:
+    the float32 result rounded once to it, as y.to(out_dtype) would, with no second kernel (the gradient
+    then arrives in out_dtype; dx keeps x's dtype).
     """
     if torch.compiler.is_compiling():
         # Checked by the op's fake implementation while tracing: an error raised in traced code reaches
         # the user as Dynamo's "Observed exception" with the message hidden in its debug context, whereas
         # one raised in a fake implementation is quoted in the explanation Dynamo shows.
-        return torch.ops.dyt.forward(x, alpha, gamma, beta)
+        return torch.ops.dyt.forward(x, alpha, gamma, beta, out_dtype)
     op = _native_op(x)
     if op is None and _strided_channels(x):
         # The copy _as_2d makes on the Python path, made first so that the call takes the native one
@@ -333,13 +345,13 @@ def dyt(
         x = x.contiguous()
         op = _native_op(x)
     if op is not None:
-        return _call_native(op, x, alpha, gamma, beta, False)
-    validate(x, alpha, gamma, beta)
+        return _call_native(op, x, alpha, gamma, beta, False, out_dtype)
+    validate(x, alpha, gamma, beta, out_dtype=out_dtype)
     if _transformed():
-        return _ComposableDyT.apply(x, alpha, gamma, beta, False)
+        return _ComposableDyT.apply(x, alpha, gamma, beta, False, out_dtype)
     if _records_grad(x, alpha, gamma, beta):
-        return _EagerDyT.apply(x, alpha, gamma, beta, False)
-    return forward_impl(x, alpha, gamma, beta)
+        return _EagerDyT.apply(x, alpha, gamma, beta, False, out_dtype)
+    return forward_impl(x, alpha, gamma, beta, out_dtype=out_dtype)
 
 
 def _native_op(x):
@@ -360,14 +372,14 @@ def _strided_channels(x) -> bool:
     return isinstance(x, torch.Tensor) and x.is_cuda and x.dim() > 0 and x.shape[-1] > 1 and x.stride(-1) != 1
 
 
-def _call_native(op, x, alpha, gamma, beta, channels_first: bool) -> torch.Tensor:
+def _call_native(op, x, alpha, gamma, beta, channels_first: bool, out_dtype) -> torch.Tensor:
     """The native op on inputs not yet validated: the op checks them itself (dyt_native.cpp's
     check_inputs refuses all that validate refuses) and, where it refuses, validate raises dyt's own
     ValueError or TypeError; errors that validate does not explain pass on as they are."""
     try:
-        return op(x, alpha, gamma, beta, channels_first, launcher.current_overrides().poison)
+        return op(x, alpha, gamma, beta, channels_first, launcher.current_overrides().poison, out_dtype)
     except (RuntimeError, TypeError):
-        validate(x, alpha, gamma, beta, channels_first=channels_first)
+        validate(x, alpha, gamma, beta, channels_first=channels_first, out_dtype=out_dtype)
         raise
 
 
@@ -389,8 +401,9 @@ def _records_grad(x, alpha, gamma, beta) -> bool:
 
 
 def dyt_channels_first(
-    x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None = None
-) -> torch.Tensor:
+    x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None = None, *,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:  # fmt: skip
     """dyt over dim 1 of a channels-first x (N, C, *spatial): y = gamma[c] * tanh(alpha * x) + beta[c].
 
     Contiguous x runs through the kernels as N rows of C * L elements (L = prod(spatial); column j takes
@@ -400,27 +413,27 @@ def dyt_channels_first(
     path. Same contract as dyt() otherwise.
     """
     if torch.compiler.is_compiling():
-        return dyt(x.movedim(1, -1), alpha, gamma, beta).movedim(-1, 1)
+        return dyt(x.movedim(1, -1), alpha, gamma, beta, out_dtype=out_dtype).movedim(-1, 1)
     op = _native_op(x)
     if op is not None and x.is_contiguous():
-        return _call_native(op, x, alpha, gamma, beta, True)
-    validate(x, alpha, gamma, beta, channels_first=True)
+        return _call_native(op, x, alpha, gamma, beta, True, out_dtype)
+    validate(x, alpha, gamma, beta, channels_first=True, out_dtype=out_dtype)
     if _transformed():
-        return _ComposableDyT.apply(x, alpha, gamma, beta, True)
+        return _ComposableDyT.apply(x, alpha, gamma, beta, True, out_dtype)
     kernels = _use_triton(x)
     if not x.is_contiguous() or not kernels:
         moved = x.movedim(1, -1)
         if moved.is_contiguous():  # channels-last memory: the row kernels (or plain rows), as is
-            return dyt(moved, alpha, gamma, beta).movedim(-1, 1)
+            return dyt(moved, alpha, gamma, beta, out_dtype=out_dtype).movedim(-1, 1)
         if not kernels:  # the plain path works in rows; y contiguous, as the kernels return it
-            return dyt(moved, alpha, gamma, beta).movedim(-1, 1).contiguous()
+            return dyt(moved, alpha, gamma, beta, out_dtype=out_dtype).movedim(-1, 1).contiguous()
         x = x.contiguous()
         op = _native_op(x)  # validated above: the op's own checks pass
         if op is not None:
-            return op(x, alpha, gamma, beta, True, launcher.current_overrides().poison)
+            return op(x, alpha, gamma, beta, True, launcher.current_overrides().poison, out_dtype)
     if _records_grad(x, alpha, gamma, beta):
-        return _EagerDyT.apply(x, alpha, gamma, beta, True)
-    return forward_impl(x, alpha, gamma, beta, channels_first=True)
+        return _EagerDyT.apply(x, alpha, gamma, beta, True, out_dtype)
+    return forward_impl(x, alpha, gamma, beta, channels_first=True, out_dtype=out_dtype)
 
 
 # Packed parameters: alpha, gamma and beta in one tensor (dyt.PackedDyT), one gradient per layer.
@@ -438,7 +451,7 @@ def packed_size(C: int, bias: bool) -> int:
     return C * (2 if bias else 1) + 1
 
 
-def validate_packed(x, params, *, bias: bool, channels_first: bool = False) -> None:
+def validate_packed(x, params, *, bias: bool, channels_first: bool = False, out_dtype=None) -> None:
     """validate() for a packed parameter: the same checks, and params' own shape named in its terms."""
     if not isinstance(params, torch.Tensor):
         raise TypeError(f"dyt: params must be a torch.Tensor, got {type(params).__name__}")
@@ -460,13 +473,13 @@ def validate_packed(x, params, *, bias: bool, channels_first: bool = False) -> N
             raise ValueError(
                 f"dyt: x and params must be on one device, got x on {x.device}, params on {params.device}"
             )
-        validate(x, *split_params(params, bias), channels_first=channels_first)
-    else:
-        validate(x, params.reshape(-1)[:1], params, None, channels_first=channels_first)  # x's own complaint
+        validate(x, *split_params(params, bias), channels_first=channels_first, out_dtype=out_dtype)
+    else:  # x's own complaint
+        validate(x, params.reshape(-1)[:1], params, None, channels_first=channels_first, out_dtype=out_dtype)
 
 
-def dyt_packed(x: torch.Tensor, params: torch.Tensor, *, bias: bool = True, channels_first: bool = False
-               ) -> torch.Tensor:  # fmt: skip
+def dyt_packed(x: torch.Tensor, params: torch.Tensor, *, bias: bool = True, channels_first: bool = False,
+               out_dtype: torch.dtype | None = None) -> torch.Tensor:  # fmt: skip
     """dyt (or dyt_channels_first) with alpha, gamma and beta packed in one 1-D tensor `params`, laid out
     as [gamma (C), beta (C) where bias, alpha (1)]: y and every gradient equal the unpacked call's, and
     params gets one gradient, in its own dtype.
@@ -482,15 +495,17 @@ def dyt_packed(x: torch.Tensor, params: torch.Tensor, *, bias: bool = True, chan
             x = x.contiguous()  # as dyt() does: the call then takes the native path
             op = _native_op(x)
         if op is not None and (not channels_first or x.is_contiguous()):
+            poison = launcher.current_overrides().poison
             try:
-                return native.PACKED_OP(x, params, bias, channels_first, launcher.current_overrides().poison)
+                return native.PACKED_OP(x, params, bias, channels_first, poison, out_dtype)
             except (RuntimeError, TypeError):
-                validate_packed(x, params, bias=bias, channels_first=channels_first)
+                validate_packed(x, params, bias=bias, channels_first=channels_first, out_dtype=out_dtype)
                 raise
         if channels_first and op is None and isinstance(x, torch.Tensor) and x.is_cuda and x.dim() > 2:
             moved = x.movedim(1, -1)
             if moved.is_contiguous() and _native_op(moved) is not None:  # torch.channels_last memory
-                validate_packed(x, params, bias=bias, channels_first=True)
-                return dyt_packed(moved, params, bias=bias).movedim(-1, 1)
-    validate_packed(x, params, bias=bias, channels_first=channels_first)
-    return (dyt_channels_first if channels_first else dyt)(x, *split_params(params, bias))
+                validate_packed(x, params, bias=bias, channels_first=True, out_dtype=out_dtype)
+                return dyt_packed(moved, params, bias=bias, out_dtype=out_dtype).movedim(-1, 1)
+    validate_packed(x, params, bias=bias, channels_first=channels_first, out_dtype=out_dtype)
+    entry = dyt_channels_first if channels_first else dyt
+    return entry(x, *split_params(params, bias), out_dtype=out_dtype)

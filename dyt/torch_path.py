@@ -58,9 +58,9 @@ def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbet
     return dx, dalpha, dgamma, dbeta
 
 
-def tangent(tangents, x, alpha, gamma, beta, *, channels_first: bool = False) -> torch.Tensor:
+def tangent(tangents, x, alpha, gamma, beta, *, channels_first: bool = False, out_dtype=None) -> torch.Tensor:
     """The forward-mode derivative of y along (x, alpha, gamma, beta)'s tangents (None: no tangent), in
-    float32 with _sech2, in x.dtype and x's shape."""
+    float32 with _sech2, in y's dtype (out_dtype, else x.dtype) and x's shape."""
     x_t, alpha_t, gamma_t, beta_t = tangents
     a, xf = alpha.float().reshape(()), x.float()
     z = a * xf
@@ -74,7 +74,7 @@ def tangent(tangents, x, alpha, gamma, beta, *, channels_first: bool = False) ->
         total = total + _channel_view(gamma_t, x, channels_first) * torch.tanh(z)
     if beta_t is not None:
         total = total + _channel_view(beta_t, x, channels_first)
-    return total.to(x.dtype)
+    return total.to(out_dtype or x.dtype)
 
 
 def differentiable_backward(dy, x, alpha, gamma, beta, *, channels_first: bool = False):

@@ -14,7 +14,7 @@
 //   backward = finish_rows, partial_width, n_dalpha, launch main, launch finish
 //              tensor slots: x dy dx alpha gamma part_dgamma part_dbeta part_dalpha dgamma dbeta dalpha
 //
-// Invariant: a cached record is valid for exactly the key it is stored under: the device, every dtype,
+// Invariant: a cached record is valid for exactly the key it is stored under: the device, every dtype (y's too),
 // the row layout (M, N, row strides, channel span), beta's presence and the 16-byte alignment of every
 // pointer that Triton specializes on. Anything the key does not hold must not change a launch.
 //
@@ -343,11 +343,12 @@ int64_t dtype_code(const std::optional<at::Tensor>& t) {
 }
 
 Key forward_key(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
-                const std::optional<at::Tensor>& beta, bool channels_first) {
+                const std::optional<at::Tensor>& beta, bool channels_first, at::ScalarType y_type) {
   Rows r = rows_of(x, channels_first);
   bool has_beta = beta.has_value() && beta->defined();
   int64_t align = aligned(x) | aligned(alpha) << 1 | aligned(gamma) << 2 | (has_beta ? aligned(*beta) << 3 : 0);
-  return {1, x.device().index(), dtype_code(x), dtype_code(alpha), dtype_code(gamma), dtype_code(beta),
+  int64_t dtypes = dtype_code(x) | (static_cast<int64_t>(y_type) + 1) << 8;
+  return {1, x.device().index(), dtypes, dtype_code(alpha), dtype_code(gamma), dtype_code(beta),
           r.M, r.N, r.stride, r.span, align, channels_first};
 }
 
@@ -438,14 +439,15 @@ at::Tensor region(const at::Tensor& block, int64_t offset, at::IntArrayRef sizes
 std::tuple<at::Tensor, std::vector<int64_t>> fill_forward(const at::Tensor& x, const at::Tensor& alpha,
                                                           const at::Tensor& gamma,
                                                           const std::optional<at::Tensor>& beta,
-                                                          bool channels_first, bool poison) {
+                                                          bool channels_first, bool poison,
+                                                          at::ScalarType y_type) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("dyt_native::fill_forward", "")
                        .typed<std::tuple<at::Tensor, std::vector<int64_t>>(
                            const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                           const std::optional<at::Tensor>&, bool, bool)>();
+                           const std::optional<at::Tensor>&, bool, bool, at::ScalarType)>();
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return op.call(x, alpha, gamma, beta, channels_first, poison);
+  return op.call(x, alpha, gamma, beta, channels_first, poison, y_type);
 }
 
 using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
@@ -501,25 +503,35 @@ void check_inputs(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor
             "dyt_native: all tensors must be on one device");
 }
 
-// x in a row layout (the Python caller checks row_layout); alpha one element; gamma, beta (C,).
+// y's dtype: out_dtype where given, else x's.
+at::ScalarType y_type_of(const at::Tensor& x, std::optional<at::ScalarType> out_dtype) {
+  at::ScalarType t = out_dtype.value_or(x.scalar_type());
+  DYT_CHECK(supported(t), "dyt_native: out_dtype must be float32, bfloat16 or float16");
+  return t;
+}
+
+// x in a row layout (the Python caller checks row_layout); alpha one element; gamma, beta (C,); y in
+// out_dtype (x's dtype where none).
 at::Tensor forward_cuda(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma_in,
-                        const std::optional<at::Tensor>& beta_in, bool channels_first, bool poison) {
+                        const std::optional<at::Tensor>& beta_in, bool channels_first, bool poison,
+                        std::optional<at::ScalarType> out_dtype) {
   check_inputs(x, alpha, gamma_in, beta_in, channels_first);
+  at::ScalarType y_type = y_type_of(x, out_dtype);
   DYT_CHECK(x.is_cuda(), "dyt_native: x must be a CUDA tensor (other devices take dyt's Python path)");
   DYT_CHECK(row_layout(x), "dyt_native: x must be contiguous or a 2-D view with unit column stride");
   at::Tensor gamma = contiguous_param(gamma_in);
   std::optional<at::Tensor> beta;
   if (beta_in.has_value() && beta_in->defined()) beta = contiguous_param(*beta_in);
   c10::DeviceGuard device_guard(x.device());
-  if (x.numel() == 0) return std::get<0>(fill_forward(x, alpha, gamma, beta, channels_first, poison));
-  Key key = forward_key(x, alpha, gamma, beta, channels_first);
+  if (x.numel() == 0) return std::get<0>(fill_forward(x, alpha, gamma, beta, channels_first, poison, y_type));
+  Key key = forward_key(x, alpha, gamma, beta, channels_first, y_type);
   if (auto hit = forward_cache().find(key)) {
-    at::Tensor y = output(x.sizes(), x.options(), poison);
+    at::Tensor y = output(x.sizes(), x.options().dtype(y_type), poison);
     void* b = beta.has_value() ? beta->data_ptr() : gamma.data_ptr();
     launch_on(hit->kernel, {x.data_ptr(), y.data_ptr(), alpha.data_ptr(), gamma.data_ptr(), b}, x.device());
     return y;
   }
-  auto [y, record] = fill_forward(x, alpha, gamma, beta, channels_first, poison);
+  auto [y, record] = fill_forward(x, alpha, gamma, beta, channels_first, poison, y_type);
   if (!record.empty()) forward_cache().put(key, read_forward(record));
   return y;
 }
@@ -576,7 +588,8 @@ Grads backward_cuda(const at::Tensor& dy_in, const at::Tensor& x, const at::Tens
 struct DyTFunction : public torch::autograd::Function<DyTFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& alpha, const at::Tensor& gamma,
-                            const std::optional<at::Tensor>& beta, bool channels_first, bool poison) {
+                            const std::optional<at::Tensor>& beta, bool channels_first, bool poison,
+                            std::optional<at::ScalarType> out_dtype) {
     at::Tensor gamma_c = contiguous_param(gamma);
     std::optional<at::Tensor> beta_c;
     if (beta.has_value() && beta->defined()) beta_c = contiguous_param(*beta);
@@ -584,7 +597,7 @@ struct DyTFunction : public torch::autograd::Function<DyTFunction> {
     ctx->save_for_backward({x, alpha, gamma_c, beta_c.has_value() ? *beta_c : at::Tensor()});
     ctx->saved_data["channels_first"] = channels_first;
     ctx->saved_data["poison"] = poison;
-    return forward_cuda(x, alpha, gamma_c, beta_c, channels_first, poison);
+    return forward_cuda(x, alpha, gamma_c, beta_c, channels_first, poison, out_dtype);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -600,7 +613,7 @@ struct DyTFunction : public torch::autograd::Function<DyTFunction> {
             ? differentiable_backward(grads[0], x, alpha, saved[2], beta, channels_first)
             : backward_cuda(grads[0], x, alpha, saved[2], beta, channels_first, ctx->saved_data["poison"].toBool());
     if (dalpha.sizes() != alpha.sizes()) dalpha = dalpha.reshape(alpha.sizes());
-    return {dx, dalpha, dgamma, beta.has_value() ? dbeta : at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx, dalpha, dgamma, beta.has_value() ? dbeta : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -613,10 +626,11 @@ bool records(const at::Tensor& t) {
 // Where autograd need not record the call (no_grad, or no input requiring grad), the forward runs as it is:
 // Function::apply would make, fill and drop a node on every call.
 at::Tensor dyt_autograd(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
-                        const std::optional<at::Tensor>& beta, bool channels_first, bool poison) {
+                        const std::optional<at::Tensor>& beta, bool channels_first, bool poison,
+                        std::optional<at::ScalarType> out_dtype) {
   if (!records(x) && !records(alpha) && !records(gamma) && !(beta.has_value() && records(*beta)))
-    return forward_cuda(x, alpha, gamma, beta, channels_first, poison);
-  return DyTFunction::apply(x, alpha, gamma, beta, channels_first, poison);
+    return forward_cuda(x, alpha, gamma, beta, channels_first, poison, out_dtype);
+  return DyTFunction::apply(x, alpha, gamma, beta, channels_first, poison, out_dtype);
 }
 
 // ---- packed parameters ----------------------------------------------------------------------------
@@ -674,16 +688,17 @@ at::Tensor join_grads(const at::Tensor& dalpha, const at::Tensor& dgamma, const 
 }
 
 at::Tensor forward_packed_cuda(const at::Tensor& x, const at::Tensor& params, bool has_beta, bool channels_first,
-                               bool poison) {
+                               bool poison, std::optional<at::ScalarType> out_dtype) {
   check_packed(x, params, has_beta, channels_first);
   Unpacked u = unpack(contiguous_param(params), has_beta);
-  return forward_cuda(x, u.alpha, u.gamma, u.beta, channels_first, poison);
+  return forward_cuda(x, u.alpha, u.gamma, u.beta, channels_first, poison, out_dtype);
 }
 
 struct DyTPackedFunction : public torch::autograd::Function<DyTPackedFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& params,
-                            bool has_beta, bool channels_first, bool poison) {
-    at::Tensor y = forward_packed_cuda(x, params, has_beta, channels_first, poison);
+                            bool has_beta, bool channels_first, bool poison,
+                            std::optional<at::ScalarType> out_dtype) {
+    at::Tensor y = forward_packed_cuda(x, params, has_beta, channels_first, poison, out_dtype);
     ctx->save_for_backward({x, params});
     ctx->saved_data["has_beta"] = has_beta;
     ctx->saved_data["channels_first"] = channels_first;
@@ -716,14 +731,15 @@ struct DyTPackedFunction : public torch::autograd::Function<DyTPackedFunction> {
       dx = dx_;
       if (!dparams.defined()) dparams = join_grads(dalpha, dgamma, dbeta, has_beta);
     }
-    return {dx, dparams, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx, dparams, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 at::Tensor dyt_packed_autograd(const at::Tensor& x, const at::Tensor& params, bool has_beta, bool channels_first,
-                               bool poison) {
-  if (!records(x) && !records(params)) return forward_packed_cuda(x, params, has_beta, channels_first, poison);
-  return DyTPackedFunction::apply(x, params, has_beta, channels_first, poison);
+                               bool poison, std::optional<at::ScalarType> out_dtype) {
+  if (!records(x) && !records(params))
+    return forward_packed_cuda(x, params, has_beta, channels_first, poison, out_dtype);
+  return DyTPackedFunction::apply(x, params, has_beta, channels_first, poison, out_dtype);
 }
 
 // ---- what tests and tools see ---------------------------------------------------------------------
@@ -766,16 +782,20 @@ void clear_cache() {
   backward_cache().clear();
 }
 
-// Stores a record as a miss would, for tests of the cache itself (the key from these tensors).
+// Stores a record as a miss would, for tests of the cache itself (the key from these tensors and y's
+// dtype, out_dtype or x's).
 void store_forward_record(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
                           const std::optional<at::Tensor>& beta, bool channels_first,
-                          const std::vector<int64_t>& record) {
-  forward_cache().put(forward_key(x, alpha, gamma, beta, channels_first), read_forward(record));
+                          const std::vector<int64_t>& record, std::optional<at::ScalarType> out_dtype) {
+  Key key = forward_key(x, alpha, gamma, beta, channels_first, y_type_of(x, out_dtype));
+  forward_cache().put(key, read_forward(record));
 }
 
 bool has_forward_record(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
-                        const std::optional<at::Tensor>& beta, bool channels_first) {
-  return forward_cache().find(forward_key(x, alpha, gamma, beta, channels_first)) != nullptr;
+                        const std::optional<at::Tensor>& beta, bool channels_first,
+                        std::optional<at::ScalarType> out_dtype) {
+  Key key = forward_key(x, alpha, gamma, beta, channels_first, y_type_of(x, out_dtype));
+  return forward_cache().find(key) != nullptr;
 }
 
 // The parameter gradients' block: byte offsets (dalpha, dgamma, dbeta or -1) and size.
@@ -795,10 +815,12 @@ std::vector<int64_t> backward_scratch(int64_t finish_rows, int64_t partial_width
 }  // namespace dyt_native
 
 TORCH_LIBRARY(dyt_native, m) {
-  m.def("dyt(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first, bool poison) -> Tensor");
-  m.def("dyt_packed(Tensor x, Tensor params, bool has_beta, bool channels_first, bool poison) -> Tensor");
-  m.def("fill_forward(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first, bool poison)"
-        " -> (Tensor, int[])");
+  m.def("dyt(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first, bool poison,"
+        " ScalarType? out_dtype=None) -> Tensor");
+  m.def("dyt_packed(Tensor x, Tensor params, bool has_beta, bool channels_first, bool poison,"
+        " ScalarType? out_dtype=None) -> Tensor");
+  m.def("fill_forward(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first, bool poison,"
+        " ScalarType out_dtype) -> (Tensor, int[])");
   m.def("fill_backward(Tensor dy, Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first,"
         " bool poison) -> (Tensor, Tensor, Tensor, Tensor, int[])");
   m.def("differentiable_backward(Tensor dy, Tensor x, Tensor alpha, Tensor gamma, Tensor? beta,"
@@ -808,9 +830,10 @@ TORCH_LIBRARY(dyt_native, m) {
   m.def("cache_entries(bool backward) -> int", &dyt_native::cache_entries);
   m.def("clear_cache() -> ()", &dyt_native::clear_cache);
   m.def("store_forward_record(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first,"
-        " int[] record) -> ()",
+        " int[] record, ScalarType? out_dtype=None) -> ()",
         &dyt_native::store_forward_record);
-  m.def("has_forward_record(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first) -> bool",
+  m.def("has_forward_record(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta, bool channels_first,"
+        " ScalarType? out_dtype=None) -> bool",
         &dyt_native::has_forward_record);
   m.def("backward_scratch(int finish_rows, int partial_width, int n_dalpha, bool has_beta, int dbeta_bytes)"
         " -> int[]",

@@ -11,11 +11,13 @@ written here (width 128, 4096 tokens; 2, 8, 32) and a LLaMA-style decoder (trans
 small config; 4, 16) whose RMSNorms become DyT without beta.
 
 Variants, all from the same weights: `norm` (the model's own norm), `eager` (the paper's DyT module,
-dyt.service.peers.EagerDyT), `dyt` (dyt.DyT), `packed_dyt` (dyt.PackedDyT: alpha, weight and bias in one
-parameter), `liger` (Liger-Kernel's LigerDyT, where it imports) and,
-in separate compiled cases (ViT-S/16 at 64 and the narrow net at 8 by default), `compile_eager` and
-`compile_dyt`: torch.compile of the whole model with each module, and `graphs_eager` and `graphs_dyt`: the
-same with mode="reduce-overhead" (CUDA graphs; CUDA only). dyt's ratios compare variants of one kind.
+dyt.service.peers.EagerDyT), `dyt` (dyt.DyT), `dyt_autocast` (dyt.DyT(autocast_output=True): the norms
+return autocast's bf16, the cast in front of the next layer gone), `packed_dyt` (dyt.PackedDyT: alpha,
+weight and bias in one parameter), `liger` (Liger-Kernel's LigerDyT, where it imports) and, in separate
+compiled cases (ViT-S/16 at 64 and the narrow net at 8 by default), `compile_eager`, `compile_dyt` and
+`compile_dyt_autocast`: torch.compile of the whole model with each module, and `graphs_eager`,
+`graphs_dyt` and `graphs_dyt_autocast`: the same with mode="reduce-overhead" (CUDA graphs; CUDA only).
+dyt's ratios compare variants of one kind.
 
 Measures, per variant: a training step (zero_grad, forward and loss under bf16 autocast, backward, AdamW
 step) and inference (torch.inference_mode, bf16 autocast). Each step starts from an idle GPU (synchronize
@@ -240,6 +242,12 @@ def _make_dyt(c, *, bias, channels_last):
     return dyt.DyT(c, bias=bias, channels_last=channels_last)
 
 
+def _make_dyt_autocast(c, *, bias, channels_last):
+    import dyt
+
+    return dyt.DyT(c, bias=bias, channels_last=channels_last, autocast_output=True)
+
+
 def _make_packed_dyt(c, *, bias, channels_last):
     import dyt
 
@@ -269,12 +277,17 @@ VARIANTS: dict[str, Variant] = {
     "norm": Variant("norm", None),
     "eager": Variant("eager", _make_eager),
     "dyt": Variant("dyt", _make_dyt, ours=True),
+    "dyt_autocast": Variant("dyt_autocast", _make_dyt_autocast, ours=True),
     "packed_dyt": Variant("packed_dyt", _make_packed_dyt, ours=True),
     "liger": Variant("liger", _make_liger, cuda_only=True),
     "compile_eager": Variant("compile_eager", _make_eager, compiled=True),
     "compile_dyt": Variant("compile_dyt", _make_dyt, compiled=True, ours=True),
     "graphs_eager": Variant("graphs_eager", _make_eager, compiled=True, cuda_only=True, graphs=True),
     "graphs_dyt": Variant("graphs_dyt", _make_dyt, compiled=True, ours=True, cuda_only=True, graphs=True),
+    "compile_dyt_autocast": Variant("compile_dyt_autocast", _make_dyt_autocast, compiled=True, ours=True),
+    "graphs_dyt_autocast": Variant(
+        "graphs_dyt_autocast", _make_dyt_autocast, compiled=True, ours=True, cuda_only=True, graphs=True
+    ),  # fmt: skip
 }
 
 
