@@ -141,9 +141,11 @@ def backward_plan(x: torch.Tensor, dy: torch.Tensor, over: planner.Overrides | N
                   pdl: bool = True, channels_first: bool = False):  # fmt: skip
     """The backward's plan for these tensors; pdl=False plans its launches without PDL."""
     o = over or _overrides
-    M, N, x_stride, span = rows_of(x, channels_first)
+    # int(): under torch.compile with dynamic shapes the sizes are SymInts, which the plan cache cannot
+    # hash; int() specializes the compiled graph on them (a guard), as a plan is made per shape.
+    M, N, x_stride, span = (int(v) for v in rows_of(x, channels_first))
     itemsize = max(x.element_size(), dy.element_size())
-    args = (M, N, itemsize, x_stride, rows_of(dy, channels_first)[2], span, x.device, o, pdl)
+    args = (M, N, itemsize, x_stride, int(rows_of(dy, channels_first)[2]), span, x.device, o, pdl)
     return _cached_backward.__wrapped__(*args) if o.table is not None else _cached_backward(*args)
 
 

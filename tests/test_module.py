@@ -373,6 +373,31 @@ class _Block(nn.Module):
         return self.norm2(x + self.fc(self.norm1(x)))
 
 
+@pytest.mark.parametrize("shapes", [((8, 16, 64), (5, 16, 64), (3, 7, 64))], ids=["three_shapes"])
+def test_torch_compile_dynamic_shapes(shapes, seed):
+    """torch.compile(dynamic=True) and Dynamo's automatic dynamic shapes (a second shape through the same
+    code): forward and backward at each shape as eager's. The backward's plan is per shape, so its sizes
+    specialize the compiled graph where they are symbolic (dyt.launcher.backward_plan)."""
+    torch.manual_seed(seed)
+    model = _Block(64).to(device())
+    backend = "inductor" if on_gpu() else "aot_eager"
+    for dynamic in (True, None):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, fullgraph=True, backend=backend, dynamic=dynamic)
+        for shape in shapes:
+            x = torch.randn(*shape, device=device())
+            model.zero_grad()
+            y_c = compiled(x)
+            y_c.square().mean().backward()
+            grads_c = [p.grad.clone() for p in model.parameters()]
+            model.zero_grad()
+            y_e = model(x)
+            y_e.square().mean().backward()
+            assert torch.allclose(y_c, y_e, rtol=1e-5, atol=1e-5), (dynamic, shape)
+            for gc, p in zip(grads_c, model.parameters(), strict=True):
+                assert torch.allclose(gc, p.grad, rtol=1e-4, atol=1e-6), (dynamic, shape)
+
+
 def test_torch_compile_fullgraph_small_model(seed):
     torch.manual_seed(seed)
     model = _Block(64).to(device())
