@@ -38,6 +38,8 @@ class DyT(nn.Module):
     (docs/host-path.md, "Autocast output").
     """
 
+    autocast_output = False  # the class's default: modules pickled before the argument existed load with it
+
     def __init__(self, num_features: int, *, alpha_init: float = 0.5, bias: bool = True,
                  channels_last: bool = True, autocast_output: bool = False, device=None,
                  dtype=None):  # fmt: skip
