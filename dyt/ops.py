@@ -181,7 +181,8 @@ def _forward_as_expression(mode, func, types, args, kwargs):
     if any(not issubclass(t, torch._subclasses.FakeTensor) and t not in known for t in types):
         return NotImplemented
     with mode:
-        x, alpha, gamma, beta, out_dtype = (*args, kwargs.get("out_dtype"))[:5]
+        x, alpha, gamma, beta, *rest = args
+        out_dtype = rest[0] if rest else kwargs.get("out_dtype")
         return torch_path.forward(x, _as_one(alpha), gamma, beta, out_dtype or x.dtype)
 
 

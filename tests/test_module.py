@@ -385,17 +385,8 @@ def test_torch_compile_dynamic_shapes(shapes, seed):
         torch._dynamo.reset()
         compiled = torch.compile(model, fullgraph=True, backend=backend, dynamic=dynamic)
         for shape in shapes:
-            x = torch.randn(*shape, device=device())
-            model.zero_grad()
-            y_c = compiled(x)
-            y_c.square().mean().backward()
-            grads_c = [p.grad.clone() for p in model.parameters()]
-            model.zero_grad()
-            y_e = model(x)
-            y_e.square().mean().backward()
-            assert torch.allclose(y_c, y_e, rtol=1e-5, atol=1e-5), (dynamic, shape)
-            for gc, p in zip(grads_c, model.parameters(), strict=True):
-                assert torch.allclose(gc, p.grad, rtol=1e-4, atol=1e-6), (dynamic, shape)
+            _assert_compiled_matches_eager(compiled, model, torch.randn(*shape, device=device()),
+                                           f"dynamic={dynamic} {shape}")  # fmt: skip
 
 
 def test_torch_compile_fullgraph_small_model(seed):
@@ -404,15 +395,21 @@ def test_torch_compile_fullgraph_small_model(seed):
     x = torch.randn(8, 16, 64, device=device())
     backend = "inductor" if on_gpu() else "aot_eager"
     compiled = torch.compile(model, fullgraph=True, backend=backend)
+    _assert_compiled_matches_eager(compiled, model, x)
+
+
+def _assert_compiled_matches_eager(compiled, model, x, label: str = "") -> None:
+    """compiled(x)'s output and parameter gradients (of mean(y^2)) against model's own, eagerly."""
+    model.zero_grad()
     y_c = compiled(x)
     y_c.square().mean().backward()
     grads_c = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     y_e = model(x)
     y_e.square().mean().backward()
-    assert torch.allclose(y_c, y_e, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(y_c, y_e, rtol=1e-5, atol=1e-5), label
     for gc, p in zip(grads_c, model.parameters(), strict=True):
-        assert torch.allclose(gc, p.grad, rtol=1e-4, atol=1e-6)
+        assert torch.allclose(gc, p.grad, rtol=1e-4, atol=1e-6), label
 
 
 def _aot_graphs(fn, *args):

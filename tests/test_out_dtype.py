@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 import dyt
-from dyt import ops
 
 from helpers import DTYPES, Inputs, check_against_reference, device, on_gpu, run
 from paths import PATHS, assert_path, path_context
@@ -263,9 +262,3 @@ def test_autocast_output_under_torch_compile(seed):
     (o_default, g_default), (o_cast, g_cast) = results
     assert o_cast.dtype == o_default.dtype and torch.equal(o_cast, o_default)
     _same_gradients(model, g_default, g_cast)
-
-
-def test_ops_validate_names_out_dtype():
-    x = torch.randn(2, 4)
-    with pytest.raises(TypeError, match="got torch.float64"):
-        ops.validate(x, torch.ones(1), torch.ones(4), None, out_dtype=torch.float64)
