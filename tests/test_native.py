@@ -429,7 +429,7 @@ def test_a_strided_last_dimension_is_copied_and_runs_natively(seed, monkeypatch,
         monkeypatch.setattr(launcher, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
     fast = _permuted_case(seed)
     assert calls == [], "a strided last dimension went through dyt.launcher"
-    assert "dyt_native::DyTFunction" in fast[0].grad_fn.name()
+    assert "dyt_native::DyTBackward" in fast[0].grad_fn.name()
     use_python_path(monkeypatch)
     slow = _permuted_case(seed)
     assert calls == ["forward", "backward"]
@@ -446,7 +446,7 @@ def test_native_calls_autograd_need_not_see_have_no_grad_fn(mode, seed, ext):
     args = (inp.x, inp.alpha, inp.gamma, inp.beta)
     through_autograd = dyt.dyt(*args)
     node = through_autograd.grad_fn
-    assert node is not None and "dyt_native::DyTFunction" in node.name()
+    assert node is not None and "dyt_native::DyTBackward" in node.name()
     y = call_in_mode(mode, dyt.dyt, args)
     assert y.grad_fn is None and not y.requires_grad
     assert torch.equal(y, through_autograd.detach())
@@ -460,9 +460,9 @@ def _next_sequence_nr(leaf: torch.Tensor) -> int:
 @pytest.mark.parametrize("packed", [False, True], ids=["dyt", "dyt_packed"])
 @pytest.mark.parametrize("mode", ["no_grad", "no_input_requires_grad", "recorded"])
 def test_the_op_makes_a_node_only_where_autograd_records(mode, packed, ext):
-    """On any machine: the op's Autograd kernel makes its node (Function::apply, which makes it before the
-    forward runs) only where autograd records the call; off CUDA the forward then refuses the tensors, so
-    the sequence number that every new node takes tells which way the call went."""
+    """On any machine: the op's Autograd kernel makes its node (before the forward runs, as PyTorch's
+    generated ops make theirs) only where autograd records the call; off CUDA the forward then refuses the
+    tensors, so the sequence number that every new node takes tells which way the call went."""
     x, alpha, gamma, beta = _args(torch.randn(4, 8))
     leaf = torch.ones(1, requires_grad=True)
     if mode != "no_input_requires_grad":
@@ -481,8 +481,8 @@ def test_the_op_makes_a_node_only_where_autograd_records(mode, packed, ext):
 @pytest.mark.parametrize("packed", [False, True], ids=["DyT", "PackedDyT"])
 @pytest.mark.parametrize("mode", ["no_grad", "no_input_requires_grad"])
 def test_native_calls_autograd_need_not_see_make_no_node(mode, packed, seed, ext):
-    """Where autograd need not record a call, the op makes no autograd node (Function::apply would make one
-    and drop it): the sequence number that every new node takes does not move over such calls."""
+    """Where autograd need not record a call, the op makes no autograd node (one made would be dropped
+    unused): the sequence number that every new node takes does not move over such calls."""
     import dyt
 
     inp = make_inputs((37, 96), torch.bfloat16, seed=seed, param_dtype=torch.float32)
@@ -507,9 +507,9 @@ def test_native_calls_autograd_need_not_see_make_no_node(mode, packed, seed, ext
 
 @pytest.mark.gpu_only
 def test_native_op_refuses_forward_mode_tangents_under_no_grad(seed, ext):
-    """The op itself refuses a forward-mode tangent on x as its autograd node refuses it (C++ Functions have
-    no jvp), also where autograd need not record the call: it is never dropped in silence. dyt.dyt does
-    not hand it one (tests/test_transforms.py: such calls take dyt.ops._ComposableDyT)."""
+    """The op refuses a forward-mode tangent on x (its nodes have no jvp) also where autograd need not record
+    the call: it is never dropped in silence. dyt.dyt does not hand it one (tests/test_transforms.py: such
+    calls take dyt.ops._ComposableDyT)."""
     import torch.autograd.forward_ad as fwAD
 
     inp = make_inputs((37, 96), torch.bfloat16, seed=seed, param_dtype=torch.float32)
@@ -518,6 +518,39 @@ def test_native_op_refuses_forward_mode_tangents_under_no_grad(seed, ext):
         x = fwAD.make_dual(inp.x.detach(), torch.randn_like(inp.x))
         with pytest.raises(RuntimeError, match="jvp"):
             ext.dyt(x, *args, False, False)
+
+
+@pytest.mark.gpu_only
+@pytest.mark.parametrize("norm", ["DyT", "DyT-no-bias", "PackedDyT"])
+def test_compiled_autograd_runs_the_native_backward(norm, seed, ext):
+    """Compiled autograd (torch._dynamo.compiled_autograd) over an eager forward puts the op's node into its
+    graph as one opaque call: the gradients have the bits of the eager backward's, also on the second pass
+    (compiled autograd's cached graph)."""
+    from torch._dynamo import compiled_autograd
+
+    import dyt
+
+    torch.manual_seed(seed)
+    make = {"DyT": lambda: dyt.DyT(96), "DyT-no-bias": lambda: dyt.DyT(96, bias=False),
+            "PackedDyT": lambda: dyt.PackedDyT(96)}[norm]  # fmt: skip
+    model = torch.nn.Sequential(torch.nn.Linear(96, 96), make(), torch.nn.Linear(96, 8)).cuda()
+    node = model[1](torch.randn(2, 96, device="cuda")).grad_fn
+    assert node.name().startswith("dyt_native::"), node.name()
+
+    def grads(x):
+        for p in model.parameters():
+            p.grad = None
+        model(x).square().sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    for _ in range(2):
+        x = torch.randn(64, 96, device="cuda")
+        eager = grads(x)
+        with compiled_autograd._enable(torch.compile(backend="eager")):
+            compiled = grads(x)
+        names = [name for name, _ in model.named_parameters()]
+        for name, a, b in zip(names, eager, compiled, strict=True):
+            assert torch.equal(a, b), f"{name}: compiled autograd's gradient is not the eager backward's"
 
 
 @pytest.mark.gpu_only
@@ -681,7 +714,7 @@ def test_packed_native_calls_give_the_unpacked_calls_bits_in_one_gradient(case, 
     y, fast, grad, allocated = _run_packed(shape, dtype, param_dtype, beta, cf, seed)
     assert calls == [], "the second packed call went through dyt.launcher"
     node = y.grad_fn.next_functions[0][0] if cf == "channels_last" else y.grad_fn  # under the moved view
-    assert "dyt_native::DyTPackedFunction" in node.name()
+    assert "dyt_native::DyTPackedBackward" in node.name()
     assert_same_outputs(fast, unpacked)
     fits = shape[1 if cf else -1] * grad.element_size() % 16 == 0
     assert allocated == (2 if fits else 3) and grad.shape == (ops.packed_size(shape[1 if cf else -1], beta),)

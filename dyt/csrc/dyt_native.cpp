@@ -26,7 +26,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
+#include <torch/csrc/dynamo/compiled_autograd.h>
 #include <torch/library.h>
 
 #include <dlfcn.h>
@@ -584,53 +587,155 @@ Grads backward_cuda(const at::Tensor& dy_in, const at::Tensor& x, const at::Tens
 }
 
 // ---- autograd ---------------------------------------------------------------------------------------
+//
+// The backward nodes are written as PyTorch's generated ones are: a Node holding SavedVariables, made with
+// its edges before the forward runs, the output's history set after (a torch::autograd::Function's CppNode
+// also copies every input's and output's metadata, keeps its flags in a string-keyed map and wraps its
+// outputs: docs/host-path.md, "Native path"). Invariant: a node has one next edge per differentiable input
+// in the op's argument order (x, alpha, gamma, beta; x, params), and its apply returns one gradient per edge.
 
-struct DyTFunction : public torch::autograd::Function<DyTFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const at::Tensor& alpha, const at::Tensor& gamma,
-                            const std::optional<at::Tensor>& beta, bool channels_first, bool poison,
-                            std::optional<at::ScalarType> out_dtype) {
-    at::Tensor gamma_c = contiguous_param(gamma);
-    std::optional<at::Tensor> beta_c;
-    if (beta.has_value() && beta->defined()) beta_c = contiguous_param(*beta);
-    // Only x is kept among activation-sized tensors: y and tanh are recomputed in the backward.
-    ctx->save_for_backward({x, alpha, gamma_c, beta_c.has_value() ? *beta_c : at::Tensor()});
-    ctx->saved_data["channels_first"] = channels_first;
-    ctx->saved_data["poison"] = poison;
-    return forward_cuda(x, alpha, gamma_c, beta_c, channels_first, poison, out_dtype);
+// Edge::function's pointer type: std::shared_ptr<Node> in some PyTorch releases, c10::intrusive_ptr<Node>
+// in others; make_node makes a T behind whichever it is (Node's own deleter frees long chains of nodes
+// without recursion).
+using NodePtr = decltype(torch::autograd::Edge::function);
+
+template <typename T>
+auto make_node() {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
+    return std::shared_ptr<T>(new T(), [](T* node) { deleteNode(node); });  // found by ADL, at instantiation
+  } else {
+    return c10::make_intrusive<T>();
   }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& alpha = saved[1];
-    std::optional<at::Tensor> beta;
-    if (saved[3].defined()) beta = saved[3];
-    bool channels_first = ctx->saved_data["channels_first"].toBool();
-    auto [dx, dalpha, dgamma, dbeta] =
-        at::GradMode::is_enabled()
-            ? differentiable_backward(grads[0], x, alpha, saved[2], beta, channels_first)
-            : backward_cuda(grads[0], x, alpha, saved[2], beta, channels_first, ctx->saved_data["poison"].toBool());
-    if (dalpha.sizes() != alpha.sizes()) dalpha = dalpha.reshape(alpha.sizes());
-    return {dx, dalpha, dgamma, beta.has_value() ? dbeta : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-// Whether autograd must see a call with this input: grad mode on and the input requiring grad, or a
-// forward-mode tangent on it (which Function::apply refuses for C++ functions, and must go on refusing).
-bool records(const at::Tensor& t) {
-  return t.defined() && ((at::GradMode::is_enabled() && t.requires_grad()) || t._fw_grad(0).defined());
 }
 
-// Where autograd need not record the call (no_grad, or no input requiring grad), the forward runs as it is:
-// Function::apply would make, fill and drop a node on every call.
+// Whether autograd must see a call with this input: grad mode on and the input requiring grad.
+bool requires_grad(const at::Tensor& t) { return t.defined() && at::GradMode::is_enabled() && t.requires_grad(); }
+
+// A forward-mode tangent on any input is refused (the nodes have no jvp), also where autograd records
+// nothing, so that no tangent is dropped in silence; dyt.dyt hands the op none (it runs such calls on
+// dyt.ops._ComposableDyT).
+void refuse_tangents(std::initializer_list<const at::Tensor*> inputs) {
+  for (const at::Tensor* t : inputs)
+    DYT_CHECK(!t->defined() || !t->_fw_grad(0).defined(),
+              "dyt_native: forward-mode AD (jvp) is not implemented by the native op; dyt.dyt runs "
+              "calls with tangents on its composable path");
+}
+
+// Compiled autograd (torch._dynamo.compiled_autograd) puts a node into its graph as one opaque call, as it
+// puts a torch::autograd::Function's: compiled_args collects what the graph depends on (the saved tensors,
+// the flags), and apply_with_saved binds Node::gradients as the call with them packed as its arguments.
+template <typename NodeT>
+torch::autograd::variable_list call_opaquely(const NodeT& node, const torch::autograd::variable_list& grads,
+                                             torch::dynamo::autograd::SwapSavedVariables& saved) {
+  namespace ca = torch::dynamo::autograd;
+  std::vector<at::IValue> args = node.packed_args();
+  std::vector<at::TypePtr> schema;
+  schema.reserve(args.size());
+  for (const at::IValue& arg : args) schema.push_back(arg.isTensor() ? at::TensorType::get() : arg.type());
+  auto output_metadata =
+      ca::IValuePacker<std::vector<std::optional<torch::autograd::InputMetadata>>>::pack(
+          ca::get_input_metadata(node.next_edges()));
+  const auto& compiler = ca::getPyCompilerInterface();
+  std::string fn = compiler->bind_function(saved.get_py_compiler(), node.name(), &NodeT::apply_functional, schema,
+                                           /*is_custom_function=*/true, /*is_traceable=*/false);
+  return compiler->call_function(saved.get_py_compiler(), "apply_functional", fn, grads, args, output_metadata);
+}
+
+struct DyTBackward : public torch::autograd::Node {
+  torch::autograd::SavedVariable x, alpha, gamma, beta;  // gamma and beta contiguous; beta empty without one
+  bool has_beta = false, channels_first = false, poison = false;
+
+  // The gradients of (x, alpha, gamma, beta) from y's; none where y's is undefined (a zero gradient).
+  static torch::autograd::variable_list gradients(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& alpha,
+                                                  const at::Tensor& gamma, const at::Tensor& beta,
+                                                  bool channels_first, bool poison) {
+    if (!dy.defined()) return torch::autograd::variable_list(4);
+    std::optional<at::Tensor> beta_;
+    if (beta.defined()) beta_ = beta;
+    // create_graph=True (grad mode on here) runs the differentiable expression, which autograd records:
+    // the kernels' gradients are not differentiable again.
+    auto [dx, dalpha, dgamma, dbeta] =
+        at::GradMode::is_enabled() ? differentiable_backward(dy, x, alpha, gamma, beta_, channels_first)
+                                   : backward_cuda(dy, x, alpha, gamma, beta_, channels_first, poison);
+    if (dalpha.sizes() != alpha.sizes()) dalpha = dalpha.reshape(alpha.sizes());
+    return {dx, dalpha, dgamma, beta.defined() ? dbeta : at::Tensor()};
+  }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    return gradients(grads[0], x.unpack(), alpha.unpack(), gamma.unpack(), has_beta ? beta.unpack() : at::Tensor(),
+                     channels_first, poison);
+  }
+
+  std::vector<at::IValue> packed_args() const {
+    return {x.unpack(), alpha.unpack(), gamma.unpack(), has_beta ? beta.unpack() : at::Tensor(), channels_first,
+            poison};
+  }
+  static torch::autograd::variable_list apply_functional(const torch::autograd::variable_list& grads,
+                                                         const std::vector<at::IValue>& args) {
+    return gradients(grads[0], args[0].toTensor(), args[1].toTensor(), args[2].toTensor(),
+                     args[3].isTensor() ? args[3].toTensor() : at::Tensor(), args[4].toBool(), args[5].toBool());
+  }
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
+    args.collect(name());
+    args.collect(x, false);
+    args.collect(alpha, false);
+    args.collect(gamma, false);
+    args.collect(beta, false);
+    args.collect(has_beta);
+    args.collect(channels_first);
+    args.collect(poison);
+  }
+  torch::autograd::variable_list apply_with_saved(const torch::autograd::variable_list& grads,
+                                                  torch::dynamo::autograd::SwapSavedVariables& saved) override {
+    for (auto* v : {&x, &alpha, &gamma, &beta}) saved.before(*v);
+    auto result = call_opaquely(*this, grads, saved);
+    for (auto* v : {&x, &alpha, &gamma, &beta}) saved.after(*v);
+    return result;
+  }
+
+  void release_variables() override {
+    x.reset_data();
+    alpha.reset_data();
+    gamma.reset_data();
+    beta.reset_data();
+  }
+  std::string name() const override { return "dyt_native::DyTBackward"; }
+};
+
+// Where autograd need not record the call (no_grad, or no input requiring grad), the forward runs as it is,
+// with no node made.
 at::Tensor dyt_autograd(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& gamma,
                         const std::optional<at::Tensor>& beta, bool channels_first, bool poison,
                         std::optional<at::ScalarType> out_dtype) {
-  if (!records(x) && !records(alpha) && !records(gamma) && !(beta.has_value() && records(*beta)))
-    return forward_cuda(x, alpha, gamma, beta, channels_first, poison, out_dtype);
-  return DyTFunction::apply(x, alpha, gamma, beta, channels_first, poison, out_dtype);
+  bool has_beta = beta.has_value() && beta->defined();
+  at::Tensor no_beta;
+  const at::Tensor& beta_or_none = has_beta ? *beta : no_beta;
+  refuse_tangents({&x, &alpha, &gamma, &beta_or_none});
+  bool recorded = requires_grad(x) || requires_grad(alpha) || requires_grad(gamma) || requires_grad(beta_or_none);
+  at::Tensor gamma_c = contiguous_param(gamma);
+  std::optional<at::Tensor> beta_c;
+  if (has_beta) beta_c = contiguous_param(*beta);
+  if (!recorded) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return forward_cuda(x, alpha, gamma_c, beta_c, channels_first, poison, out_dtype);
+  }
+  auto node = make_node<DyTBackward>();
+  node->set_next_edges(torch::autograd::collect_next_edges(x, alpha, gamma, beta_or_none));
+  at::Tensor y;
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    y = forward_cuda(x, alpha, gamma_c, beta_c, channels_first, poison, out_dtype);
+  }
+  // Only x is kept among activation-sized tensors: y and tanh are recomputed in the backward.
+  node->x = torch::autograd::SavedVariable(x, false);
+  node->alpha = torch::autograd::SavedVariable(alpha, false);
+  node->gamma = torch::autograd::SavedVariable(gamma_c, false);
+  if (has_beta) node->beta = torch::autograd::SavedVariable(*beta_c, false);
+  node->has_beta = has_beta;
+  node->channels_first = channels_first;
+  node->poison = poison;
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 // ---- packed parameters ----------------------------------------------------------------------------
@@ -694,52 +799,92 @@ at::Tensor forward_packed_cuda(const at::Tensor& x, const at::Tensor& params, bo
   return forward_cuda(x, u.alpha, u.gamma, u.beta, channels_first, poison, out_dtype);
 }
 
-struct DyTPackedFunction : public torch::autograd::Function<DyTPackedFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& params,
-                            bool has_beta, bool channels_first, bool poison,
-                            std::optional<at::ScalarType> out_dtype) {
-    at::Tensor y = forward_packed_cuda(x, params, has_beta, channels_first, poison, out_dtype);
-    ctx->save_for_backward({x, params});
-    ctx->saved_data["has_beta"] = has_beta;
-    ctx->saved_data["channels_first"] = channels_first;
-    ctx->saved_data["poison"] = poison;
-    return y;
-  }
+struct DyTPackedBackward : public torch::autograd::Node {
+  torch::autograd::SavedVariable x, params;
+  bool has_beta = false, channels_first = false, poison = false;
 
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& params = saved[1];
-    bool has_beta = ctx->saved_data["has_beta"].toBool();
-    bool channels_first = ctx->saved_data["channels_first"].toBool();
+  // The gradients of (x, params) from y's; none where y's is undefined (a zero gradient).
+  static torch::autograd::variable_list gradients(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& params,
+                                                  bool has_beta, bool channels_first, bool poison) {
+    if (!dy.defined()) return torch::autograd::variable_list(2);
     at::Tensor dx, dparams;
     if (at::GradMode::is_enabled()) {  // create_graph=True: views that autograd differentiates through
       int64_t C = packed_channels(params, has_beta);
       std::optional<at::Tensor> beta;
       if (has_beta) beta = params.narrow(0, C, C);
       auto [dx_, dalpha, dgamma, dbeta] = differentiable_backward(
-          grads[0], x, params.narrow(0, (has_beta ? 2 : 1) * C, 1), params.narrow(0, 0, C), beta, channels_first);
+          dy, x, params.narrow(0, (has_beta ? 2 : 1) * C, 1), params.narrow(0, 0, C), beta, channels_first);
       dx = dx_;
       dparams = join_grads(dalpha, dgamma, dbeta, has_beta);
     } else {
       at::Tensor p = contiguous_param(params);
       Unpacked u = unpack(p, has_beta);
-      auto [dx_, dalpha, dgamma, dbeta] =
-          backward_cuda(grads[0], x, u.alpha, u.gamma, u.beta, channels_first, ctx->saved_data["poison"].toBool(),
-                        packed_fits(p, has_beta) ? &dparams : nullptr);
+      auto [dx_, dalpha, dgamma, dbeta] = backward_cuda(dy, x, u.alpha, u.gamma, u.beta, channels_first, poison,
+                                                        packed_fits(p, has_beta) ? &dparams : nullptr);
       dx = dx_;
       if (!dparams.defined()) dparams = join_grads(dalpha, dgamma, dbeta, has_beta);
     }
-    return {dx, dparams, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx, dparams};
   }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    return gradients(grads[0], x.unpack(), params.unpack(), has_beta, channels_first, poison);
+  }
+
+  std::vector<at::IValue> packed_args() const {
+    return {x.unpack(), params.unpack(), has_beta, channels_first, poison};
+  }
+  static torch::autograd::variable_list apply_functional(const torch::autograd::variable_list& grads,
+                                                         const std::vector<at::IValue>& args) {
+    return gradients(grads[0], args[0].toTensor(), args[1].toTensor(), args[2].toBool(), args[3].toBool(),
+                     args[4].toBool());
+  }
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
+    args.collect(name());
+    args.collect(x, false);
+    args.collect(params, false);
+    args.collect(has_beta);
+    args.collect(channels_first);
+    args.collect(poison);
+  }
+  torch::autograd::variable_list apply_with_saved(const torch::autograd::variable_list& grads,
+                                                  torch::dynamo::autograd::SwapSavedVariables& saved) override {
+    saved.before(x);
+    saved.before(params);
+    auto result = call_opaquely(*this, grads, saved);
+    saved.after(x);
+    saved.after(params);
+    return result;
+  }
+
+  void release_variables() override {
+    x.reset_data();
+    params.reset_data();
+  }
+  std::string name() const override { return "dyt_native::DyTPackedBackward"; }
 };
 
 at::Tensor dyt_packed_autograd(const at::Tensor& x, const at::Tensor& params, bool has_beta, bool channels_first,
                                bool poison, std::optional<at::ScalarType> out_dtype) {
-  if (!records(x) && !records(params))
+  refuse_tangents({&x, &params});
+  if (!requires_grad(x) && !requires_grad(params)) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
     return forward_packed_cuda(x, params, has_beta, channels_first, poison, out_dtype);
-  return DyTPackedFunction::apply(x, params, has_beta, channels_first, poison, out_dtype);
+  }
+  auto node = make_node<DyTPackedBackward>();
+  node->set_next_edges(torch::autograd::collect_next_edges(x, params));
+  at::Tensor y;
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    y = forward_packed_cuda(x, params, has_beta, channels_first, poison, out_dtype);
+  }
+  node->x = torch::autograd::SavedVariable(x, false);
+  node->params = torch::autograd::SavedVariable(params, false);
+  node->has_beta = has_beta;
+  node->channels_first = channels_first;
+  node->poison = poison;
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 // ---- what tests and tools see ---------------------------------------------------------------------
