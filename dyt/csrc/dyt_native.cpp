@@ -621,29 +621,57 @@ void refuse_tangents(std::initializer_list<const at::Tensor*> inputs) {
               "calls with tangents on its composable path");
 }
 
+// What the two nodes share: their flags, and what the engine and compiled autograd ask of a node, over the
+// node's saved tensors (Derived::saved(): its SavedVariables in the order apply_functional unpacks them).
 // Compiled autograd (torch._dynamo.compiled_autograd) puts a node into its graph as one opaque call, as it
-// puts a torch::autograd::Function's: compiled_args collects what the graph depends on (the saved tensors,
-// the flags), and apply_with_saved binds Node::gradients as the call with them packed as its arguments.
-template <typename NodeT>
-torch::autograd::variable_list call_opaquely(const NodeT& node, const torch::autograd::variable_list& grads,
-                                             torch::dynamo::autograd::SwapSavedVariables& saved) {
-  namespace ca = torch::dynamo::autograd;
-  std::vector<at::IValue> args = node.packed_args();
-  std::vector<at::TypePtr> schema;
-  schema.reserve(args.size());
-  for (const at::IValue& arg : args) schema.push_back(arg.isTensor() ? at::TensorType::get() : arg.type());
-  auto output_metadata =
-      ca::IValuePacker<std::vector<std::optional<torch::autograd::InputMetadata>>>::pack(
-          ca::get_input_metadata(node.next_edges()));
-  const auto& compiler = ca::getPyCompilerInterface();
-  std::string fn = compiler->bind_function(saved.get_py_compiler(), node.name(), &NodeT::apply_functional, schema,
-                                           /*is_custom_function=*/true, /*is_traceable=*/false);
-  return compiler->call_function(saved.get_py_compiler(), "apply_functional", fn, grads, args, output_metadata);
-}
-
-struct DyTBackward : public torch::autograd::Node {
-  torch::autograd::SavedVariable x, alpha, gamma, beta;  // gamma and beta contiguous; beta empty without one
+// puts a torch::autograd::Function's: compiled_args collects what the graph depends on, and
+// apply_with_saved binds Derived::apply_functional as the call, with the saved tensors and then the flags
+// as its arguments.
+template <typename Derived>
+struct NativeNode : public torch::autograd::Node {
   bool has_beta = false, channels_first = false, poison = false;
+
+  auto saved_variables() const { return const_cast<Derived&>(static_cast<const Derived&>(*this)).saved(); }
+
+  std::vector<at::IValue> packed_args() const {
+    std::vector<at::IValue> args;
+    for (const auto* v : saved_variables()) args.emplace_back(v->unpack());
+    args.insert(args.end(), {has_beta, channels_first, poison});
+    return args;
+  }
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
+    args.collect(name());
+    for (const auto* v : saved_variables()) args.collect(*v, false);
+    args.collect(has_beta);
+    args.collect(channels_first);
+    args.collect(poison);
+  }
+  torch::autograd::variable_list apply_with_saved(const torch::autograd::variable_list& grads,
+                                                  torch::dynamo::autograd::SwapSavedVariables& saved) override {
+    namespace ca = torch::dynamo::autograd;
+    for (auto* v : saved_variables()) saved.before(*v);
+    std::vector<at::IValue> args = packed_args();
+    std::vector<at::TypePtr> schema;
+    schema.reserve(args.size());
+    for (const at::IValue& arg : args) schema.push_back(arg.isTensor() ? at::TensorType::get() : arg.type());
+    auto output_metadata = ca::IValuePacker<std::vector<std::optional<torch::autograd::InputMetadata>>>::pack(
+        ca::get_input_metadata(next_edges()));
+    const auto& compiler = ca::getPyCompilerInterface();
+    std::string fn = compiler->bind_function(saved.get_py_compiler(), name(), &Derived::apply_functional, schema,
+                                             /*is_custom_function=*/true, /*is_traceable=*/false);
+    auto result =
+        compiler->call_function(saved.get_py_compiler(), "apply_functional", fn, grads, args, output_metadata);
+    for (auto* v : saved_variables()) saved.after(*v);
+    return result;
+  }
+  void release_variables() override {
+    for (auto* v : saved_variables()) v->reset_data();
+  }
+};
+
+struct DyTBackward : public NativeNode<DyTBackward> {
+  torch::autograd::SavedVariable x, alpha, gamma, beta;  // gamma and beta contiguous; beta empty without one
+  std::array<torch::autograd::SavedVariable*, 4> saved() { return {&x, &alpha, &gamma, &beta}; }
 
   // The gradients of (x, alpha, gamma, beta) from y's; none where y's is undefined (a zero gradient).
   static torch::autograd::variable_list gradients(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& alpha,
@@ -666,38 +694,10 @@ struct DyTBackward : public torch::autograd::Node {
                      channels_first, poison);
   }
 
-  std::vector<at::IValue> packed_args() const {
-    return {x.unpack(), alpha.unpack(), gamma.unpack(), has_beta ? beta.unpack() : at::Tensor(), channels_first,
-            poison};
-  }
   static torch::autograd::variable_list apply_functional(const torch::autograd::variable_list& grads,
                                                          const std::vector<at::IValue>& args) {
     return gradients(grads[0], args[0].toTensor(), args[1].toTensor(), args[2].toTensor(),
-                     args[3].isTensor() ? args[3].toTensor() : at::Tensor(), args[4].toBool(), args[5].toBool());
-  }
-  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
-    args.collect(name());
-    args.collect(x, false);
-    args.collect(alpha, false);
-    args.collect(gamma, false);
-    args.collect(beta, false);
-    args.collect(has_beta);
-    args.collect(channels_first);
-    args.collect(poison);
-  }
-  torch::autograd::variable_list apply_with_saved(const torch::autograd::variable_list& grads,
-                                                  torch::dynamo::autograd::SwapSavedVariables& saved) override {
-    for (auto* v : {&x, &alpha, &gamma, &beta}) saved.before(*v);
-    auto result = call_opaquely(*this, grads, saved);
-    for (auto* v : {&x, &alpha, &gamma, &beta}) saved.after(*v);
-    return result;
-  }
-
-  void release_variables() override {
-    x.reset_data();
-    alpha.reset_data();
-    gamma.reset_data();
-    beta.reset_data();
+                     args[3].isTensor() ? args[3].toTensor() : at::Tensor(), args[5].toBool(), args[6].toBool());
   }
   std::string name() const override { return "dyt_native::DyTBackward"; }
 };
@@ -799,9 +799,9 @@ at::Tensor forward_packed_cuda(const at::Tensor& x, const at::Tensor& params, bo
   return forward_cuda(x, u.alpha, u.gamma, u.beta, channels_first, poison, out_dtype);
 }
 
-struct DyTPackedBackward : public torch::autograd::Node {
+struct DyTPackedBackward : public NativeNode<DyTPackedBackward> {
   torch::autograd::SavedVariable x, params;
-  bool has_beta = false, channels_first = false, poison = false;
+  std::array<torch::autograd::SavedVariable*, 2> saved() { return {&x, &params}; }
 
   // The gradients of (x, params) from y's; none where y's is undefined (a zero gradient).
   static torch::autograd::variable_list gradients(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& params,
@@ -831,35 +831,10 @@ struct DyTPackedBackward : public torch::autograd::Node {
     return gradients(grads[0], x.unpack(), params.unpack(), has_beta, channels_first, poison);
   }
 
-  std::vector<at::IValue> packed_args() const {
-    return {x.unpack(), params.unpack(), has_beta, channels_first, poison};
-  }
   static torch::autograd::variable_list apply_functional(const torch::autograd::variable_list& grads,
                                                          const std::vector<at::IValue>& args) {
     return gradients(grads[0], args[0].toTensor(), args[1].toTensor(), args[2].toBool(), args[3].toBool(),
                      args[4].toBool());
-  }
-  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
-    args.collect(name());
-    args.collect(x, false);
-    args.collect(params, false);
-    args.collect(has_beta);
-    args.collect(channels_first);
-    args.collect(poison);
-  }
-  torch::autograd::variable_list apply_with_saved(const torch::autograd::variable_list& grads,
-                                                  torch::dynamo::autograd::SwapSavedVariables& saved) override {
-    saved.before(x);
-    saved.before(params);
-    auto result = call_opaquely(*this, grads, saved);
-    saved.after(x);
-    saved.after(params);
-    return result;
-  }
-
-  void release_variables() override {
-    x.reset_data();
-    params.reset_data();
   }
   std::string name() const override { return "dyt_native::DyTPackedBackward"; }
 };
