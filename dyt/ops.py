@@ -335,6 +335,13 @@ def dyt(
     then arrives in out_dtype; dx keeps x's dtype).
     """
     if torch.compiler.is_compiling():
+        if _transformed():
+            # A transform inside the compiled region (torch.compile of grad, vmap or jvp): the plain
+            # expression, which every transform composes with under Dynamo (the op has no rule for them:
+            # a jvp through it would trace a zero tangent; Dynamo traces no autograd.Function with a jvp of
+            # its own). Its derivatives are autograd's (docs/host-path.md, "Compiled mode").
+            validate(x, alpha, gamma, beta, out_dtype=out_dtype)
+            return torch_path.forward(x, alpha, gamma, beta, out_dtype or x.dtype)
         # Checked by the op's fake implementation while tracing: an error raised in traced code reaches
         # the user as Dynamo's "Observed exception" with the message hidden in its debug context, whereas
         # one raised in a fake implementation is quoted in the explanation Dynamo shows.

@@ -16,7 +16,7 @@ from torch.func import functional_call, grad, hessian, jvp, stack_module_state, 
 import dyt
 from dyt import reference
 
-from helpers import DTYPES, device
+from helpers import DTYPES, device, on_gpu
 from tolerances import EVAL_ULPS, REL_L2, assert_close
 
 pytestmark = pytest.mark.reference_equivalence
@@ -245,3 +245,104 @@ def test_second_derivatives_through_transforms(layout, seed):
             limit = REL_L2["param"] + EVAL_ULPS * _rel_l2(in_float32[i][j], r)
             err = _rel_l2(g, r)
             assert err <= limit, f"d2/d{row} d{col}: relative L2 error {err:.2e} > {limit:.2e}"
+
+
+def _compiled(fn, where: str):
+    """fn under torch.compile with a transform inside (where="inside": fullgraph, so Dynamo traces the
+    transform and dyt under it) or a transform applied over the compiled fn ("over": Dynamo then runs the
+    transformed frames eagerly)."""
+    torch._dynamo.reset()
+    backend = "inductor" if on_gpu() else "aot_eager"
+    return (
+        (lambda make: torch.compile(make(fn), backend=backend, fullgraph=True))
+        if where == "inside"
+        else (lambda make: make(torch.compile(fn, backend=backend)))
+    )
+
+
+@pytest.mark.parametrize("where", ["inside", "over"])
+@pytest.mark.parametrize("api", ["vmap_of_grad", "jvp"])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_transforms_and_torch_compile(layout, api, where, seed):
+    """torch.func transforms with torch.compile, the transform inside the compiled region or applied over
+    it: per-sample gradients (vmap of grad) and a jvp along tangents of every input, to the float64
+    reference by the rules the uncompiled transforms above are held to (a tangent traced as zero fails)."""
+    entry, paper = ENTRIES[layout], _paper(layout)
+    if api == "jvp":
+        primals, _ = _draw(layout, torch.float32, seed, True)
+        gen = torch.Generator(device=device()).manual_seed(seed + 1)
+        tangents = tuple(torch.randn(p.shape, generator=gen, device=device()) for p in primals)
+        y, y_t = _compiled(entry, where)(lambda f: lambda *p: jvp(f, p, tangents))(*primals)
+        y64, y_t64 = jvp(paper, tuple(_as64(primals)), tuple(_as64(tangents)))
+        x, alpha, gamma, b = primals
+        assert_close("y", y, y64, kind="out", storage=x.dtype, scale=_y_scale(layout, x, alpha, gamma, b))
+        assert_close("tangent", y_t, y_t64, kind="out", storage=x.dtype,
+                     scale=_tangent_scale(layout, tangents, x, alpha, gamma))  # fmt: skip
+        return
+    batch = 3
+    (x, alpha, gamma, b), w = _draw(layout, torch.float32, seed, True, batch=(batch,))
+
+    def loss(fn):
+        return lambda x, alpha, gamma, b, w: (fn(x, alpha, gamma, b) * w).sum()
+
+    argnums, in_dims = (0, 1, 2, 3), (0, None, None, None, 0)
+    per_sample = _compiled(loss(entry), where)(lambda f: vmap(grad(f, argnums=argnums), in_dims=in_dims))
+    got = per_sample(x, alpha, gamma, b, w)
+    ref = vmap(grad(loss(paper), argnums=argnums), in_dims=in_dims)(*_as64([x, alpha, gamma, b, w]))
+    for i in range(batch):
+        xi, wi = x[i], w[i]
+        if layout == "channels_first":
+            xi, wi = xi.movedim(1, -1), wi.movedim(1, -1)  # the scales are over the last dimension
+        scales = reference.evaluation_scales(wi, xi, alpha, gamma, b)
+        for name, g, r in zip(("dx", "dalpha", "dgamma", "dbeta"), got, ref, strict=True):
+            assert g.shape == r.shape and g.dtype == torch.float32, name
+            if name == "dx":
+                assert_close(f"sample {i} dx", g[i], r[i], kind="out", storage=torch.float32)
+            else:
+                scale, rss = scales[name]
+                assert_close(f"sample {i} {name}", g[i], r[i], kind="param", storage=torch.float32,
+                             scale=scale, rss=rss)  # fmt: skip
+
+
+@pytest.mark.parametrize("api", ["vmap_of_grad", "jvp"])
+@pytest.mark.parametrize("module", ["DyT", "PackedDyT"])
+def test_modules_under_transforms_inside_torch_compile(module, api, seed):
+    """torch.compile(fullgraph=True) of per-sample parameter gradients (vmap of grad of functional_call)
+    or of a jvp along x through the module (whose parameters require grad), to the float64 reference;
+    PackedDyT's call goes through dyt_packed."""
+    batch = 3
+    (x, alpha, gamma, b), w = _draw("rows", torch.float32, seed, True, batch=(batch,))
+    model = getattr(dyt, module)(x.shape[-1]).to(device())
+    with torch.no_grad():
+        reference_module = dyt.DyT(x.shape[-1]).to(device())
+        reference_module.alpha.copy_(alpha)
+        reference_module.weight.copy_(gamma)
+        reference_module.bias.copy_(b)
+        model.load_state_dict(reference_module.state_dict())
+    paper = _paper("rows")
+    if api == "jvp":
+        x_t = torch.randn(x.shape, generator=torch.Generator(device=device()).manual_seed(seed + 1),
+                          device=device())  # fmt: skip
+        y, y_t = _compiled(model, "inside")(lambda f: lambda x, x_t: jvp(f, (x,), (x_t,)))(x, x_t)
+        y64, y_t64 = jvp(lambda v: paper(v, *_as64([alpha, gamma, b])), (x.double(),), (x_t.double(),))
+        assert_close("y", y, y64, kind="out", storage=x.dtype, scale=_y_scale("rows", x, alpha, gamma, b))
+        assert_close("tangent", y_t, y_t64, kind="out", storage=x.dtype,
+                     scale=_tangent_scale("rows", (x_t, None, None, None), x, alpha, gamma))  # fmt: skip
+        return
+    params = dict(model.named_parameters())
+    per_sample = _compiled(lambda p, x, w: (functional_call(model, p, (x,)) * w).sum(), "inside")(
+        lambda f: vmap(grad(f), in_dims=(None, 0, 0))
+    )
+    got = per_sample(params, x, w)
+    if module == "PackedDyT":  # one gradient, laid out as params is
+        got = dict(zip(("alpha", "weight", "bias"), dyt.ops.split_params(got["params"].movedim(0, -1), True),
+                       strict=True))  # fmt: skip
+        got = {k: v.movedim(-1, 0) for k, v in got.items()}
+    ref = vmap(grad(lambda a, g, bb, x, w: (paper(x, a, g, bb) * w).sum(), argnums=(0, 1, 2)),
+               in_dims=(None, None, None, 0, 0))(*_as64([alpha, gamma, b, x, w]))  # fmt: skip
+    for i in range(batch):
+        scales = reference.evaluation_scales(w[i], x[i], alpha, gamma, b)
+        for name, key, r in zip(("dalpha", "dgamma", "dbeta"), ("alpha", "weight", "bias"), ref, strict=True):
+            scale, rss = scales[name]
+            assert_close(f"sample {i} {name}", got[key][i].reshape(r[i].shape), r[i], kind="param",
+                         storage=torch.float32, scale=scale, rss=rss)  # fmt: skip
