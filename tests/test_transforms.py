@@ -156,17 +156,18 @@ def test_per_sample_gradients_match_the_float64_reference(layout, beta, seed):
     _assert_per_sample_grads(layout, got, ref, x, w, alpha, gamma, b)
 
 
-def _assert_per_sample_grads(layout: str, got, ref, x, w, alpha, gamma, b) -> None:
-    """Per-sample (dx, dalpha, dgamma[, dbeta]) against float64: dx to the output rule, the parameters' to
-    the parameter rule with each sample's own evaluation scales; dx in x's dtype, the parameters'
-    gradients in theirs, each of the reference's shape."""
+def _assert_per_sample_grads(layout: str, got, ref, x, w, alpha, gamma, b,
+                             names=("dx", "dalpha", "dgamma", "dbeta")) -> None:  # fmt: skip
+    """Per-sample gradients (names: dx, dalpha, dgamma, dbeta, in got's order) against float64: dx to the
+    output rule, the parameters' to the parameter rule with each sample's own evaluation scales; dx in x's
+    dtype, the parameters' gradients in theirs, each of the reference's shape."""
     assert len(got) == len(ref)
     for i in range(x.shape[0]):
         xi, wi = x[i], w[i]
         if layout == "channels_first":
             xi, wi = xi.movedim(1, -1), wi.movedim(1, -1)  # the scales are over the last dimension
         scales = reference.evaluation_scales(wi, xi, alpha, gamma, b)
-        for name, g, r in zip(("dx", "dalpha", "dgamma", "dbeta"), got, ref, strict=False):
+        for name, g, r in zip(names, got, ref, strict=False):
             assert g.dtype == (x if name == "dx" else alpha).dtype and g.shape == r.shape, name
             if name == "dx":
                 assert_close(f"sample {i} dx", g[i], r[i], kind="out", storage=torch.float32)
@@ -174,6 +175,20 @@ def _assert_per_sample_grads(layout: str, got, ref, x, w, alpha, gamma, b) -> No
                 scale, rss = scales[name]
                 assert_close(f"sample {i} {name}", g[i], r[i], kind="param", storage=torch.float32,
                              scale=scale, rss=rss)  # fmt: skip
+
+
+def _module_with(module: str, layout: str, alpha, gamma, b) -> torch.nn.Module:
+    """dyt.DyT or dyt.PackedDyT for the layout, on the device, holding these parameters (loaded through
+    DyT's state dict, which both take)."""
+    C = LAYOUTS[layout][1]
+    model = getattr(dyt, module)(C, channels_last=layout == "rows").to(device())
+    with torch.no_grad():
+        reference_module = dyt.DyT(C, channels_last=layout == "rows").to(device())
+        reference_module.alpha.copy_(alpha)
+        reference_module.weight.copy_(gamma)
+        reference_module.bias.copy_(b)
+        model.load_state_dict(reference_module.state_dict())
+    return model
 
 
 @pytest.mark.parametrize("module", ["DyT", "PackedDyT"])
@@ -184,18 +199,10 @@ def test_vmap_over_an_ensemble_of_modules(layout, module, seed):
     ensemble's parameter gradients (grad of the summed outputs, batched) are each member's own."""
     shape, C = LAYOUTS[layout]
     members = 3
-    cls = getattr(dyt, module)
     models = []
     for i in range(members):
         (_, alpha, gamma, b), _ = _draw(layout, torch.float32, seed + i, True)
-        model = cls(C, channels_last=layout == "rows").to(device())
-        with torch.no_grad():
-            reference_module = dyt.DyT(C, channels_last=layout == "rows").to(device())
-            reference_module.alpha.copy_(alpha)
-            reference_module.weight.copy_(gamma)
-            reference_module.bias.copy_(b)
-            model.load_state_dict(reference_module.state_dict())
-        models.append(model)
+        models.append(_module_with(module, layout, alpha, gamma, b))
     params, buffers = stack_module_state(models)
     base = copy.deepcopy(models[0]).to("meta")
     (x, *_), w = _draw(layout, torch.float32, seed + members, False)
@@ -309,13 +316,7 @@ def test_modules_under_transforms_inside_torch_compile(module, api, seed):
     PackedDyT's call goes through dyt_packed."""
     batch = 3
     (x, alpha, gamma, b), w = _draw("rows", torch.float32, seed, True, batch=(batch,))
-    model = getattr(dyt, module)(x.shape[-1]).to(device())
-    with torch.no_grad():
-        reference_module = dyt.DyT(x.shape[-1]).to(device())
-        reference_module.alpha.copy_(alpha)
-        reference_module.weight.copy_(gamma)
-        reference_module.bias.copy_(b)
-        model.load_state_dict(reference_module.state_dict())
+    model = _module_with(module, "rows", alpha, gamma, b)
     paper = _paper("rows")
     if api == "jvp":
         x_t = torch.randn(x.shape, generator=torch.Generator(device=device()).manual_seed(seed + 1),
@@ -337,9 +338,5 @@ def test_modules_under_transforms_inside_torch_compile(module, api, seed):
         got = {k: v.movedim(-1, 0) for k, v in got.items()}
     ref = vmap(grad(lambda a, g, bb, x, w: (paper(x, a, g, bb) * w).sum(), argnums=(0, 1, 2)),
                in_dims=(None, None, None, 0, 0))(*_as64([alpha, gamma, b, x, w]))  # fmt: skip
-    for i in range(batch):
-        scales = reference.evaluation_scales(w[i], x[i], alpha, gamma, b)
-        for name, key, r in zip(("dalpha", "dgamma", "dbeta"), ("alpha", "weight", "bias"), ref, strict=True):
-            scale, rss = scales[name]
-            assert_close(f"sample {i} {name}", got[key][i].reshape(r[i].shape), r[i], kind="param",
-                         storage=torch.float32, scale=scale, rss=rss)  # fmt: skip
+    got = tuple(got[k].reshape(r.shape) for k, r in zip(("alpha", "weight", "bias"), ref, strict=True))
+    _assert_per_sample_grads("rows", got, ref, x, w, alpha, gamma, b, names=("dalpha", "dgamma", "dbeta"))
