@@ -346,7 +346,8 @@ def test_channels_first_rows_take_their_table_variant():
     """A table entry's channels_first tile applies to channels-first rows only; rows of the same width keep
     the entry's own tile (the committed sm90 table has one for its widest 16-bit forward entry)."""
     table = planner.load_table("sm90")
-    variant = table["fwd"]["16bit"][-1][planner.CHANNELS_FIRST]
+    variant = planner.channels_first_variant(table["fwd"]["16bit"][-1], 3136)
+    assert variant is not None, "the widest 16-bit forward entry has no channels_first tile for L = 3136"
     cf = planner.plan_forward(64, 96 * 3136, 2, channel_span=3136, target=SM90)
     rows = planner.plan_forward(64, 96 * 3136, 2, target=SM90)
     assert (cf.BLOCK_M, cf.BLOCK_N, cf.num_warps) == (

@@ -58,11 +58,13 @@ BWD_KEPT = ("poly",)
 
 # Channels-first: the classes of spatial size L = H x W (a variant's "max_span"; None: any larger) and
 # the (N, C, H, W) shapes each class is timed at: ConvNeXt-T's stages (L = 49, 196, 784, 3136) at batch 64
-# (256 at L = 49) and at batch 8 (32 at L = 49), where the tiles' grids part most.
+# (256 at L = 49) and at batch 8 (32 at L = 49), where the tiles' grids part most. One class a stage: at
+# L = 3136 x and y leave the L2 cache, at 784 they stay, and the forward's best tile differs between them.
 CF_SHAPES = {
     64: [(256, 768, 7, 7), (32, 768, 7, 7)],
     256: [(64, 384, 14, 14), (8, 384, 14, 14)],
-    None: [(64, 96, 56, 56), (64, 192, 28, 28), (8, 96, 56, 56), (8, 192, 28, 28)],
+    1024: [(64, 192, 28, 28), (8, 192, 28, 28)],
+    None: [(64, 96, 56, 56), (8, 96, 56, 56)],
 }
 # The candidate fields ({}: the entry's own tile). The backward's BLOCK_N is cut further by the slot rule
 # (dyt.planner.CF_SLOT_TILE); 1 x 1024 takes 80 registers on 4 warps, so 6 programs fill an SM.
@@ -74,6 +76,9 @@ CF_CANDIDATES = {
         {"BLOCK_M": 8, "BLOCK_N": 256, "num_warps": 4},
         {"BLOCK_M": 16, "BLOCK_N": 512, "num_warps": 8},
         {"BLOCK_M": 8, "BLOCK_N": 1024, "num_warps": 8},
+        {"BLOCK_M": 4, "BLOCK_N": 512, "num_warps": 4},
+        {"BLOCK_M": 4, "BLOCK_N": 512, "num_warps": 2},
+        {"BLOCK_M": 4, "BLOCK_N": 256, "num_warps": 2},
     ],
     "bwd": [
         {},
