@@ -19,6 +19,8 @@ import pytest
 import torch
 from ddp_worker import KINDS, STEPS
 
+pytestmark = pytest.mark.module
+
 WORLD = 2
 WORKER = pathlib.Path(__file__).with_name("ddp_worker.py")
 # The parameters each kind's norm contributes, by name in the worker's nn.Sequential (the norm is [1]).
