@@ -141,24 +141,28 @@ def dyt(x, alpha, gamma, beta=None):
 
 def test_a_crash_or_a_hang_of_the_implementation_fails_its_test_not_the_run(tmp_path):
     """An implementation that kills its process on empty input and hangs on 70,000 rows: those tests fail
-    (the worker restarted, the hang ended by the timeout) and every other test still runs and reports."""
+    (the worker restarted, the hang ended by the timeout) and every other test still runs and reports.
+
+    The inner run sees no GPU (CUDA_VISIBLE_DEVICES empty): what it checks is the runner's restart and
+    timeout, and its 10 s timeout must time the hang, not a CUDA start in the restarted worker beside a
+    loaded parallel suite."""
     (tmp_path / "broken_dyt.py").write_text(BROKEN_IMPL)
     junit = tmp_path / "junit" / "t.xml"
     names = ("test_empty_input", "test_more_than_65535_rows", "test_bitwise_repeats")
     tests = [f"tests/test_conformance.py::{name}" for name in names]
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}",
-               DYT_REPORTS=str(tmp_path))  # fmt: skip
+               DYT_REPORTS=str(tmp_path), CUDA_VISIBLE_DEVICES="")  # fmt: skip
     env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "xdist", "-n", "1",
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "xdist", "-n", "1", "-rfE",
            "--max-worker-restart", "4", "--timeout", "10", "--timeout-method", "thread", *tests,
            "--impl", "broken_dyt:dyt", f"--junitxml={junit}"]  # fmt: skip
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    inner = run.stdout[-3000:] + run.stderr[-3000:]  # the inner run's summary: which test failed, and why
+    assert run.returncode == 1, inner
     data = report.load_junit(junit.parent)
     impl = "broken_dyt:dyt"
     empty = data.conformance[(impl, "test_empty_input")]
-    assert (empty.failed, empty.passed) == (1, 1)  # (0, 64) killed its worker; (2, 0, 64) ran on
-    assert (
-        data.conformance[(impl, "test_more_than_65535_rows")].failed == 1
-    )  # the hang, stopped by the timeout
-    assert data.conformance[(impl, "test_bitwise_repeats")].passed == 1
+    assert (empty.failed, empty.passed) == (1, 1), inner  # (0, 64) killed its worker; (2, 0, 64) ran on
+    hang = data.conformance[(impl, "test_more_than_65535_rows")]
+    assert hang.failed == 1, inner  # the hang, stopped by the timeout
+    assert data.conformance[(impl, "test_bitwise_repeats")].passed == 1, inner
