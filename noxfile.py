@@ -196,7 +196,7 @@ def gpu_tests(session: nox.Session) -> None:
     env = {"DYT_SESSION": "gpu_tests", "DYT_REPORTS": str(REPORTS), "TRITON_INTERPRET": "0"}
     env["DYT_REQUIRE_NATIVE"] = _require_native(session, need_ninja=HAS_CUDA_TORCH)  # in place: its own ninja
     session.run(
-        "python",
+        sys.executable if HAS_CUDA_TORCH else "python",  # in place: the interpreter that holds CUDA torch
         "-m",
         "dyt.service.gpu_matrix",
         *_pytest_args("gpu_tests", list(session.posargs))[2:],

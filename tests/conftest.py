@@ -15,10 +15,15 @@ import shlex
 import sys
 import zlib
 
-from dyt.service.gpu_matrix import interrupt_on_sigterm, pin_worker_gpu  # noqa: E402  (imports neither torch nor Triton)
+from dyt.service.gpu_matrix import (  # noqa: E402  (imports neither torch nor Triton)
+    SHARED_TEST_GIB,
+    gpu_share,
+    interrupt_on_sigterm,
+    pin_worker_gpu,
+)
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
-pin_worker_gpu(os.environ)
+_PINNED_GPU = pin_worker_gpu(os.environ)
 os.environ.setdefault("DYT_POISON_OUTPUTS", "1")
 os.environ.setdefault("DYT_SEED", str(random.SystemRandom().randrange(2**31)))
 
@@ -147,6 +152,32 @@ def seed(request) -> int:
     value = (zlib.crc32(request.node.nodeid.encode()) ^ int(os.environ["DYT_SEED"])) & 0x7FFFFFFF
     request.node.user_properties.append(("seed", str(value)))
     return value
+
+
+@pytest.fixture(autouse=True)
+def _gpu_share(request, record_property):
+    """In the GPU matrix (a worker pinned to its GPU, DYT_GPU_LOCKS set): the test shares its GPU with the
+    other workers of that GPU, or holds it alone where marked whole_gpu (gpu_matrix.gpu_share). A sharing
+    test that allocated more than SHARED_TEST_GIB fails with a message to mark it: the workers per GPU are
+    counted from that bound. Its peak allocation is recorded (property gpu_peak_gib) either way. Defined
+    first, so it encloses every other autouse fixture."""
+    locks = os.environ.get("DYT_GPU_LOCKS")
+    if not locks or _PINNED_GPU is None or not torch.cuda.is_available():
+        yield
+        return
+    whole = request.node.get_closest_marker("whole_gpu") is not None
+    with gpu_share(locks, _PINNED_GPU, whole):
+        torch.cuda.reset_peak_memory_stats()
+        yield
+        peak_gib = torch.cuda.max_memory_allocated() / 2**30
+        torch.cuda.empty_cache()  # what this test cached goes back before the next test on this GPU
+    record_property("gpu_peak_gib", f"{peak_gib:.2f}")
+    if not whole and peak_gib > SHARED_TEST_GIB:
+        pytest.fail(
+            f"allocated {peak_gib:.1f} GiB on a GPU shared by several workers, which may hold at most "
+            f"{SHARED_TEST_GIB} GiB a test: mark it @pytest.mark.whole_gpu",
+            pytrace=False,
+        )
 
 
 _COMMITTED_TABLES: dict = {}

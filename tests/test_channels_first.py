@@ -327,6 +327,7 @@ def _device():
 
 
 @pytest.mark.gpu_only
+@pytest.mark.whole_gpu
 def test_more_than_2_31_elements_and_65535_rows():
     """2^31 + 2^20 elements in 65,600 rows of 32,784: int64 offsets, rows past grid axis 1's limit;
     checked on a sample of rows against the float64 reference."""

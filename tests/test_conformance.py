@@ -106,6 +106,7 @@ def test_more_than_65535_rows(impl, seed):
 
 
 @pytest.mark.gpu_only
+@pytest.mark.whole_gpu
 def test_more_than_2_31_elements(impl):
     """2^31 + 2^22 bf16 elements (int32 offsets overflow past 2^31), checked on rows at both ends."""
     rows, width = 2**19 + 2**10, 4096

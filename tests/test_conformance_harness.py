@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from dyt.service import conformance, report
+from dyt.service import conformance, gpu_matrix, report
 
 pytestmark = pytest.mark.tooling
 ROOT = pathlib.Path(__file__).parents[1]
@@ -54,11 +54,29 @@ def test_liger_without_liger_kernel_says_so():
         assert conformance.resolve("liger").name == "liger"
 
 
-def _pytest(*args, env_extra=None, cwd=ROOT):
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), **(env_extra or {})}
-    env.pop("PYTEST_XDIST_WORKER", None)
+def _inner_env(parent=None, **extra) -> dict:
+    """An inner run's environment: the parent's (this process's by default) without the outer session's
+    variables (its GPU guard, pinning, locks, xdist identity), in the interpreter, importing this checkout."""
+    return {**gpu_matrix.outside_session(os.environ if parent is None else parent), "TRITON_INTERPRET": "1",
+            "PYTHONPATH": str(ROOT), **extra}  # fmt: skip
+
+
+def _pytest(*args, env_extra=None, parent=None):
+    env = _inner_env(parent, **(env_extra or {}))
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", *args],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def test_an_inner_run_under_the_gpu_sessions_environment_keeps_none_of_its_guard(tmp_path):
+    """A test that starts its own pytest inside `nox -s gpu_tests` inherits the matrix's environment
+    (gpu_matrix.session_env: DYT_REQUIRE_GPU=1, pinning, locks). With the GPU hidden, as the crash-and-hang
+    test hides it, that guard would refuse the inner run (exit 4): the inner environment drops it."""
+    parent = gpu_matrix.session_env(["0"], tmp_path / "outer", str(tmp_path), os.environ)
+    assert parent["DYT_REQUIRE_GPU"] == "1" and parent["DYT_SESSION"] == "gpu_tests"
+    run = _pytest("tests/test_conformance.py::test_empty_input", "--impl", "eager", parent=parent,
+                  env_extra={"DYT_REPORTS": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""})  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "2 passed" in run.stdout
 
 
 def test_a_bad_impl_stops_the_run_before_any_test(tmp_path):
@@ -150,9 +168,9 @@ def test_a_crash_or_a_hang_of_the_implementation_fails_its_test_not_the_run(tmp_
     junit = tmp_path / "junit" / "t.xml"
     names = ("test_empty_input", "test_more_than_65535_rows", "test_bitwise_repeats")
     tests = [f"tests/test_conformance.py::{name}" for name in names]
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}",
-               DYT_REPORTS=str(tmp_path), CUDA_VISIBLE_DEVICES="")  # fmt: skip
-    env.pop("PYTEST_XDIST_WORKER", None)
+    env = _inner_env(
+        PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}", DYT_REPORTS=str(tmp_path), CUDA_VISIBLE_DEVICES=""
+    )
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "xdist", "-n", "1", "-rfE",
            "--max-worker-restart", "4", "--timeout", "10", "--timeout-method", "thread", *tests,
            "--impl", "broken_dyt:dyt", f"--junitxml={junit}"]  # fmt: skip

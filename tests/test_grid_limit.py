@@ -181,7 +181,7 @@ def test_two_to_the_twenty_rows_at_width_64(seed):
 
 
 @pytest.mark.gpu_only
-@pytest.mark.parametrize("path", ["row_tiled", "column_blocked"])
+@pytest.mark.parametrize("path", ["row_tiled", pytest.param("column_blocked", marks=pytest.mark.whole_gpu)])
 def test_more_rows_than_grid_axis_one_holds_gpu(path, seed):
     width = {"row_tiled": 1024, "column_blocked": 8192}[path]
     assert_path(path, (70_000, width), torch.bfloat16)
@@ -194,6 +194,7 @@ def _rows_sample(M):
 
 
 @pytest.mark.gpu_only
+@pytest.mark.whole_gpu
 def test_more_than_two_to_the_31_elements(seed):
     """131,073 x 16,384 bf16 (2^31 + 16,384 elements): int64 offsets, checked on sampled rows and in full
     for the parameter gradients (float64 reference reduced in chunks on the GPU)."""

@@ -10,6 +10,7 @@ import os
 import pathlib
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 import xml.etree.ElementTree as ET
@@ -29,6 +30,74 @@ def test_pin_worker_gpu_takes_the_workers_own_gpu():
         assert env["CUDA_VISIBLE_DEVICES"] == expected and env["TRITON_CACHE_DIR"] == f"/c/{worker}"
     outside = {"DYT_GPUS": "0,1"}
     assert gpu_matrix.pin_worker_gpu(outside) is None and "CUDA_VISIBLE_DEVICES" not in outside
+
+
+def test_workers_per_gpu_from_memory_and_cores():
+    h100, h200 = 79.6, 139.8  # GiB, as nvidia-smi reports them
+    assert gpu_matrix.workers_per_gpu(h100, 16, 1) == 4  # cores: 16 / 4
+    assert gpu_matrix.workers_per_gpu(h200, 32, 1) == gpu_matrix.MAX_WORKERS_PER_GPU == 8
+    assert gpu_matrix.workers_per_gpu(h100, 128, 8) == 4
+    assert gpu_matrix.workers_per_gpu(h100, 128, 1) == 5  # memory: 79.6 / (12 + 2)
+    assert gpu_matrix.workers_per_gpu(16, 64, 1) == 1  # a small GPU: one worker
+    assert gpu_matrix.workers_per_gpu(None, 64, 1) == 1  # nvidia-smi did not answer
+    assert gpu_matrix.workers_per_gpu(h100, 2, 4) == 1
+    assert gpu_matrix.workers_per_gpu(h100, 16, 1, override="6") == 6
+    for bad in ("0", "-1", "four"):
+        with pytest.raises(ValueError, match="DYT_WORKERS_PER_GPU=.*expected a positive integer"):
+            gpu_matrix.workers_per_gpu(h100, 16, 1, override=bad)
+
+
+def test_a_child_run_drops_every_variable_the_session_sets(tmp_path):
+    env = gpu_matrix.session_env(["2", "3"], tmp_path, str(tmp_path / "locks"), environ={"HOME": "/h"})
+    outside = gpu_matrix.outside_session(env)
+    added = set(env) - {"HOME"} - set(outside)
+    assert added == {"DYT_SESSION", "DYT_REQUIRE_GPU", "DYT_GPUS", "DYT_TRITON_CACHE_ROOT", "DYT_GPU_LOCKS"}
+    assert outside == {"HOME": "/h", "DYT_REPORTS": str(tmp_path), "TRITON_INTERPRET": "0"}
+    worker = {**env, "PYTEST_XDIST_WORKER": "gw3", "PYTEST_XDIST_WORKER_COUNT": "4"}
+    assert gpu_matrix.outside_session(worker) == outside
+
+
+_HOLDER = """
+import sys, time
+from dyt.service.gpu_matrix import gpu_share
+lock_dir, name, whole, hold = sys.argv[1], sys.argv[2], sys.argv[3] == "whole", float(sys.argv[4])
+with gpu_share(lock_dir, "0", whole):
+    start = time.monotonic()
+    print("in", name, flush=True)
+    time.sleep(hold)
+    end = time.monotonic()  # before the release: the span is the time held
+print("out", name, start, end, flush=True)
+"""
+
+
+def test_a_whole_gpu_test_holds_its_gpu_alone_and_is_not_starved(tmp_path):
+    """Two sharers overlap; a whole_gpu holder that arrives while they run waits for them to leave, and a
+    sharer that arrives after it waits for it (the turnstile), so the GPU is never shared with it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+    def start(name, whole, hold):
+        return subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), name,
+                                 "whole" if whole else "share", str(hold)],
+                                env=env, stdout=subprocess.PIPE, text=True)  # fmt: skip
+
+    first, second = start("s1", False, 2.0), start("s2", False, 2.0)
+    for proc in (first, second):
+        assert proc.stdout.readline().startswith("in")  # both inside at once
+    whole = start("w", True, 1.0)
+    time.sleep(0.5)  # it waits on the room
+    late = start("s3", False, 0.2)
+    spans = {}
+    for proc in (first, second, whole, late):
+        out, _ = proc.communicate(timeout=60)
+        _, name, begin, end = out.strip().splitlines()[-1].split()
+        spans[name] = (float(begin), float(end))
+    w0, w1 = spans["w"]
+    for name in ("s1", "s2", "s3"):
+        begin, end = spans[name]
+        assert end <= w0 or begin >= w1, (
+            f"{name} {spans[name]} shared the GPU with the whole_gpu holder {spans['w']}"
+        )
+    assert spans["s3"][0] >= w1, "the late sharer went in ahead of the waiting whole_gpu holder"
 
 
 def test_no_gpu_fails_loudly(monkeypatch, capsys):
@@ -71,10 +140,8 @@ def test_two_workers_survive_a_crash_and_a_hang(tmp_path):
         (tmp_path / name).write_text(textwrap.dedent(body))
     junit = tmp_path / "junit.xml"
     cmd = gpu_matrix.pytest_command(2, str(junit), "harness", "5", ["-p", "no:cacheprovider", str(tmp_path)])
-    env = {**os.environ, "DYT_GPUS": "0,1", "DYT_TRITON_CACHE_ROOT": str(tmp_path / "cache"),
+    env = {**gpu_matrix.outside_session(), "DYT_GPUS": "0,1", "DYT_TRITON_CACHE_ROOT": str(tmp_path / "c"),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("PYTEST_XDIST_WORKER", None)
     start = time.monotonic()
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - start
@@ -91,7 +158,7 @@ def test_two_workers_survive_a_crash_and_a_hang(tmp_path):
     assert elapsed < 60, f"the 120 s hang was not cut by the 5 s timeout ({elapsed:.0f} s)"
     seen = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("seen-gw*.json"))]
     assert {s["gpu"] for s in seen} == {"0", "1"}, seen
-    assert all(s["cache"].startswith(str(tmp_path / "cache")) for s in seen)
+    assert all(s["cache"].startswith(str(tmp_path / "c")) for s in seen)
 
 
 STOPPED_STAND_INS = {
@@ -123,10 +190,8 @@ def test_a_time_limits_sigterm_leaves_the_junit_of_what_finished(tmp_path):
         (suite / name).write_text(textwrap.dedent(body))
     junit = tmp_path / "junit.xml"
     cmd = gpu_matrix.pytest_command(2, str(junit), "harness", "300", ["-p", "no:cacheprovider", str(suite)])
-    env = {**os.environ, "MARKS": str(marks),
+    env = {**gpu_matrix.outside_session(), "MARKS": str(marks),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("PYTEST_XDIST_WORKER", None)
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)  # fmt: skip
     try:
