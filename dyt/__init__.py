@@ -18,7 +18,7 @@ __all__ = [
     "dyt_channels_first",
     "dyt_packed",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the package's one version: pyproject.toml reads it, `dyt --version` prints it
 
 _HOMES = {"dyt": "dyt.ops", "dyt_channels_first": "dyt.ops", "dyt_packed": "dyt.ops", "DyT": "dyt.module",
           "PackedDyT": "dyt.module", "Converted": "dyt.module", "convert_layernorm": "dyt.module",

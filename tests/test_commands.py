@@ -219,3 +219,70 @@ def test_report_session_installs_neither_torch_nor_triton(monkeypatch):
     flat = [a for args in session.installs for a in args]
     assert not any(a.split("=")[0].split(">")[0] in ("torch", "triton") for a in flat), flat
     assert "--no-deps" in flat and "matplotlib>=3.8" in flat
+
+
+def test_one_version_shown_by_the_package_the_cli_the_manifest_and_the_build():
+    """dyt.__version__ is the one place the version is written: pyproject.toml reads it (dynamic), `dyt
+    --version` prints it, env.json records it; ci/dist_check.py holds the built and installed wheel to it."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib: Python 3.11 and newer")
+    import dyt
+    from dyt.service import env
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "dyt.__version__"}
+    out = _python("from dyt.service.cli import main; main(['--version'])")
+    assert out.returncode == 0 and out.stdout.strip() == f"dyt {dyt.__version__}", out.stdout + out.stderr
+    assert env.collect_env()["dyt_version"] == dyt.__version__
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
+def test_help_names_every_command():
+    from dyt.service import cli
+
+    parser = cli._parser()
+    (sub,) = [a for a in parser._actions if a.dest == "command"]
+    assert tuple(sub.choices) == cli.COMMANDS
+    assert all(name in parser.description for name in cli.COMMANDS)
+
+
+def test_the_tests_session_shows_the_eager_modules_failures_as_a_verdict_table(monkeypatch, tmp_path):
+    """`nox -s tests` ends with the eager module's conformance run: silent (its failures are that module's
+    verdict; nox shows the run only where it errs), then a table of its verdict beside dyt's, in which no
+    line says FAILED. Both runs here as the session makes them, reports in tmp_path."""
+    from dyt.service import gpu_matrix
+
+    nox_file = _load_noxfile(monkeypatch)
+    monkeypatch.setattr(nox_file, "_install_cpu", lambda *a, **k: None)
+    monkeypatch.setattr(nox_file, "REPORTS", tmp_path)
+    calls = []
+    session = _Session()
+    session.posargs, session.name, session.warn = [], "tests", lambda *a: None
+    session.run = lambda *args, **kwargs: calls.append((args, kwargs))
+    nox_file.tests(session)
+    assert len(calls) == 3, calls  # dyt's suites, the eager verdict, its table
+    (eager, options), (table, _) = calls[1:]
+    assert "--impl" in eager and eager[eager.index("--impl") + 1] == "eager"
+    assert options["silent"] is True and options["success_codes"] == [0, 1]
+    env = {**gpu_matrix.outside_session(), **options["env"], "DYT_CPU_WORKERS": "2"}
+    run = subprocess.run([sys.executable, *eager[1:]], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]  # the eager module fails checks
+    shown = subprocess.run([sys.executable, *table[1:]], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "FAILED" not in shown.stdout and "eager" in lines[0] and "not on this run" in lines[0], lines
+    assert lines[1].split("|")[1:-1] == [" check ", " eager "], lines[1]
+    assert sum("fail" in line for line in lines[3:]) >= 2, lines  # e.g. non-finite x, non-contiguous
+
+
+def test_nox_does_not_announce_a_missing_uv(monkeypatch):
+    import logging
+
+    _load_noxfile(monkeypatch)
+    logger = logging.getLogger("nox")
+    record = logger.makeRecord("nox", logging.INFO, __file__, 1, "uv binary not found.", (), None)
+    assert not logger.filter(record)
+    other = logger.makeRecord("nox", logging.INFO, __file__, 1, "Running session tests", (), None)
+    assert logger.filter(other)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.tooling
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "reports"
 PERF = FIXTURE / "perf" / "nvidia-h200-abc1234.json"
+COMMITTED = ROOT / "reports"  # the repository's committed baselines/ and conformance/
 FAILED_NODE = "tests/test_dtype_contract.py::TestMixed::test_param_grad_dtype[bfloat16-float32]"
 REPRODUCE = f"DYT_SEED=977 nox -s gpu_tests -- '{FAILED_NODE}'"
 LIGER_ERROR = "RuntimeError: Triton Error [CUDA]: invalid argument"
@@ -45,6 +47,13 @@ def reports(tmp_path) -> Path:
 
 def _perf() -> dict:
     return json.loads(PERF.read_text())
+
+
+def _copy_committed(target: Path) -> list[dict]:
+    """The repository's baselines/ and conformance/ copied into target; the baselines' JSON."""
+    for name in ("baselines", "conformance"):
+        shutil.copytree(COMMITTED / name, target / name)
+    return [json.loads(path.read_text()) for path in sorted((target / "baselines").glob("*.json"))]
 
 
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -105,6 +114,76 @@ def test_report_on_empty_folder(tmp_path):
     assert "no perf data" in md
     assert (tmp_path / "summary.html").read_text().startswith("<!doctype html>")
     assert not list(tmp_path.glob("plots/*.png"))
+
+
+def test_report_shows_the_committed_results_without_a_run(tmp_path):
+    """A fresh clone: no run of its own, the committed baselines and conformance verdicts rendered as a run's
+    (kernel table, model tables, plots, conformance table), each labelled with GPU, commit and date."""
+    baselines = _copy_committed(tmp_path)
+    assert baselines, "the repository commits a baseline"
+    md = report.render(tmp_path).read_text()
+    assert "no perf data" not in md
+    for data in baselines:
+        env, config = data["env"], data.get("model_config") or {}
+        gpu = env["gpu_name"]
+        assert f"## Performance: committed baseline, {gpu}" in md
+        assert f"{gpu}, git {env['git_sha'][:12]}, " in md and env["timestamp_utc"] in md
+        assert "| set | shape | x | params | mode | dyt ms | dyt GB/s |" in md
+        assert "| bandwidth | 1048576x64 | bf16 | bf16 | fwd |" in md
+        if data.get("model_records"):
+            assert f"## Model benchmark: committed baseline, {gpu}" in md
+            sha, date = config.get("git_sha") or env["git_sha"], config.get("timestamp_utc") or ""
+            assert f"Rows of {gpu}, git {sha[:12]}, measured {date}" in md
+            assert "| model | batch | mode | norm ms |" in md
+    plots = re.findall(r"!\[[^]]*\]\(([^)]+\.png)\)", md)
+    assert any("models-" in p for p in plots) and any("bandwidth-" in p for p in plots)
+    for rel in plots:
+        assert (tmp_path / rel).read_bytes()[:8] == PNG_MAGIC
+    folders = sorted(p.name for p in (tmp_path / "conformance").iterdir())
+    gpus = re.findall(r"^## Conformance: committed verdict, (.+)$", md, re.M)
+    assert sorted(records.gpu_slug(gpu) for gpu in gpus) == folders  # one verdict per GPU model, titled
+    for folder in folders:
+        link = f"[`conformance/{folder}/summary.md`](conformance/{folder}/summary.md)"
+        label = next(line for line in md.splitlines() if line.startswith(f"The committed verdict {link}"))
+        assert re.search(r": NVIDIA \S+, git [0-9a-f]{7,12}, measured \d{4}-\d\d-\d\dT\S+\.$", label), label
+    assert "| check | dyt | compile | eager | liger |" in md
+    assert "| test_more_than_65535_rows (rows past grid axis 1 (65,535)) | pass |" in md
+
+
+def test_report_names_the_committed_baseline_beside_a_fresh_run(reports):
+    """A fresh run beside the committed results: the run's numbers, and the committed baseline of its GPU
+    named with the gate's verdict against it, the committed conformance verdict named."""
+    (baseline,) = [b for b in _copy_committed(reports) if b["env"]["gpu_name"] == "NVIDIA H200"]
+    md = report.render(reports).read_text()
+    assert f"From `{PERF.name}`" in md and "**4225 GB/s**" in md  # the fixture run, not the baseline
+    assert "| gpu_tests | dtype_contract | FAIL | 0 | 1 | 0 | 0 |" in md
+    assert "committed baseline, NVIDIA H200" not in md  # the baseline's tables are not rendered
+    assert "## Committed baseline" in md
+    assert (
+        "The committed baseline of NVIDIA H200, [`baselines/nvidia-h200.json`](baselines/nvidia-h200.json)"
+        in md
+    )
+    assert gate.gate(_perf(), baseline).lines[-1] in md  # the gate's verdict of the run against it
+    assert (
+        "[`conformance/nvidia-h200/summary.md`](conformance/nvidia-h200/summary.md): NVIDIA H200, git" in md
+    )
+    assert sorted(p.name for p in (reports / "plots").glob("**/*.png")) == [
+        "bandwidth-bf16-bwd.png",
+        "bandwidth-bf16-fwd.png",
+        "small-latency-bf16.png",
+    ]
+
+
+def test_report_without_run_or_committed_results_says_so(tmp_path, monkeypatch):
+    """Nothing in the folder, and no baselines/ or conformance/ under it: no results, whatever the working
+    directory holds (the repository's reports/ is not the folder's)."""
+    monkeypatch.chdir(ROOT)
+    md = report.render(tmp_path).read_text()
+    assert "no JUnit results" in md and "no perf data" in md
+    assert "No JUnit results in this folder and no committed conformance verdicts" in md
+    assert "No perf data in this folder and no committed baselines" in md
+    assert "## Conformance" not in md and "## Model benchmark" not in md
+    assert not list(tmp_path.glob("plots/**/*.png"))
 
 
 def test_report_renders_what_is_there(tmp_path):
@@ -318,7 +397,8 @@ def test_gate_and_report_import_neither_torch_nor_triton(reports, tmp_path):
     code = textwrap.dedent(
         f"""
         import sys, types
-        pkg = types.ModuleType("dyt"); pkg.__path__ = [{str(ROOT / "dyt")!r}]; sys.modules["dyt"] = pkg
+        pkg = types.ModuleType("dyt"); pkg.__path__ = [{str(ROOT / "dyt")!r}]; pkg.__version__ = "0"
+        sys.modules["dyt"] = pkg
         from dyt.service.cli import main
         assert main(["gate", {str(PERF)!r}, {str(PERF)!r}]) == 0
         assert "torch" not in sys.modules, "gate imported torch"

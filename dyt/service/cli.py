@@ -1,4 +1,5 @@
-"""The command line of `python -m dyt` (and the `dyt` script): bench, report, gate, tune, native, env.
+"""The command line of `python -m dyt` (and the `dyt` script): bench, report, gate, tune, native, env, and
+--version.
 
 Each subcommand imports what it needs when it runs: report must work without triton and gate without
 torch, on a machine that only holds the result files.
@@ -13,6 +14,8 @@ import sys
 
 # What `python -m dyt report` imports from the report extra (pyproject.toml's [report]).
 REPORT_MODULES = ("junitparser", "matplotlib", "markdown")
+COMMANDS = ("bench", "report", "gate", "tune", "native", "env")
+DESCRIPTION = f"DyT kernels and their test-suite service: {', '.join(COMMANDS)}."
 
 
 def _missing(modules: tuple[str, ...]) -> list[str]:
@@ -26,9 +29,10 @@ def _missing(modules: tuple[str, ...]) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m dyt", description="DyT kernels: bench, report, gate, tune."
-    )
+    import dyt
+
+    parser = argparse.ArgumentParser(prog="dyt", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {dyt.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     from dyt.service import bench, report

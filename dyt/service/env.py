@@ -128,7 +128,10 @@ def collect_env(seeds: dict | None = None) -> dict[str, Any]:
     smi = _nvidia_smi()
     tor = _torch_info()
     names = tor.get("names") or smi.get("names") or []
+    import dyt
+
     return {
+        "dyt_version": dyt.__version__,
         "gpu_name": names[0] if names else None,
         "gpu_names": names or None,
         "gpu_count": len(names),
