@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
+import numbers
 import operator
 import warnings
 from collections.abc import Mapping
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -26,7 +29,11 @@ class DyT(nn.Module):
     scales along dim 1 (ConvNeXt) through dyt.dyt_channels_first: contiguous input and input in
     torch.channels_last memory format run without a copy.
 
-    num_features must be an int; dtype (of the parameters) float32, bfloat16 or float16. The output has
+    num_features must be an int; alpha_init a real number (a Python, NumPy or one-element torch scalar;
+    NaN and +-inf included, which dyt computes as its float64 reference does); bias, channels_last and
+    autocast_output bools (Python's or NumPy's; not ints, strings or None); dtype (of the parameters)
+    float32, bfloat16 or float16. An argument of another type is refused with a TypeError that names the
+    class, the argument, what it takes and what came. The output has
     x's dtype, also under autocast: autocast does not recast DyT's inputs or output, whereas nn.LayerNorm
     (and the paper's eager module, by type promotion) return float32 there for float32 parameters.
 
@@ -44,14 +51,16 @@ class DyT(nn.Module):
                  channels_last: bool = True, autocast_output: bool = False, device=None,
                  dtype=None):  # fmt: skip
         super().__init__()
-        factory = self._settle(num_features, alpha_init, channels_last, autocast_output, device, dtype)
+        factory = self._settle(num_features, alpha_init, bias, channels_last, autocast_output, device,
+                               dtype)  # fmt: skip
         self.alpha = nn.Parameter(torch.full((1,), self.alpha_init, **factory))
         self.weight = nn.Parameter(torch.ones(self.num_features, **factory))
         self.bias = nn.Parameter(torch.zeros(self.num_features, **factory)) if bias else None
 
-    def _settle(self, num_features, alpha_init, channels_last, autocast_output, device, dtype) -> dict:
-        """Checks the arguments, sets num_features, alpha_init, channels_last and autocast_output; the
-        parameters' factory keywords."""
+    def _settle(self, num_features, alpha_init, bias, channels_last, autocast_output, device, dtype) -> dict:
+        """Checks the arguments (a TypeError naming the class, the argument, what it takes and what came),
+        sets num_features, alpha_init (a float), channels_last and autocast_output (bools); the parameters'
+        factory keywords."""
         name = type(self).__name__
         try:
             if isinstance(num_features, bool):
@@ -63,11 +72,18 @@ class DyT(nn.Module):
             ) from None
         if width < 1:
             raise ValueError(f"{name}: num_features must be a positive int, got {width}")
+        alpha = _real(alpha_init)
+        if alpha is None:
+            raise TypeError(f"{name}: alpha_init must be a real number, got {_describe(alpha_init)}")
+        flags = {"bias": bias, "channels_last": channels_last, "autocast_output": autocast_output}
+        for arg, value in flags.items():
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name}: {arg} must be a bool, got {_describe(value)}")
         if dtype is not None and dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"{name}: dtype must be {_DTYPE_NAMES}, got {dtype}")
         self.num_features = width
-        self.alpha_init = float(alpha_init)
-        self.channels_last = channels_last
+        self.alpha_init = alpha
+        self.channels_last = bool(channels_last)
         self.autocast_output = bool(autocast_output)
         return {"device": device, "dtype": dtype}
 
@@ -133,6 +149,27 @@ class DyT(nn.Module):
                 f"channels_last={self.channels_last}{cast}")  # fmt: skip
 
 
+def _real(value) -> float | None:
+    """value as a float where it is a real number: a numbers.Real that is not a bool (int, float, NumPy's
+    integer and floating scalars) or a torch tensor of one element (shape () or (1,), as DyT's alpha) of a
+    floating or integer dtype with a value (not on meta); else None."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.is_meta or value.dtype == torch.bool or value.is_complex():
+            return None
+        return float(value.item())
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
+def _describe(value) -> str:
+    """An argument for a message: its type and repr (cut at 60 characters), a tensor by dtype and shape."""
+    if isinstance(value, torch.Tensor):
+        return f"Tensor of dtype {value.dtype} and shape {tuple(value.shape)}"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
 def _autocast_dtype(x) -> torch.dtype | None:
     """Autocast's dtype for x's device where autocast is on there, else None."""
     if not isinstance(x, torch.Tensor) or not torch.is_autocast_enabled(x.device.type):
@@ -157,7 +194,8 @@ class PackedDyT(DyT):
                  channels_last: bool = True, autocast_output: bool = False, device=None,
                  dtype=None):  # fmt: skip
         nn.Module.__init__(self)
-        factory = self._settle(num_features, alpha_init, channels_last, autocast_output, device, dtype)
+        factory = self._settle(num_features, alpha_init, bias, channels_last, autocast_output, device,
+                               dtype)  # fmt: skip
         self.has_bias = bool(bias)
         init = [torch.ones(self.num_features, **factory)]
         if self.has_bias:
@@ -293,9 +331,35 @@ def _width(m: nn.Module, name: str) -> int:
     return shape[0]
 
 
-def _factory(m: nn.Module) -> dict:
-    ref = next((t for t in (getattr(m, "weight", None), getattr(m, "bias", None)) if t is not None), None)
-    return {"device": ref.device, "dtype": ref.dtype} if isinstance(ref, torch.Tensor) else {}
+def _factory(m: nn.Module, name: str, around: tuple, keep: str) -> dict:
+    """The device and dtype of m's DyT: those of m's first floating-point parameter or buffer (in the order
+    of parameters(), then buffers()); where m has none, as nn.LayerNorm(C, elementwise_affine=False), those
+    of the nearest enclosing module that has one anywhere inside it (its parent first, the model itself
+    last); where the model has none either, {} (the factory defaults). around: the (name, module) pairs
+    enclosing m, the model first. A dtype that DyT's parameters cannot have is refused with a TypeError
+    that names the module and the way out (keep: how to leave the norm as it is)."""
+    found = ((n, o, _first_floating(o)) for n, o in ((name, m), *reversed(around)))
+    owner_name, owner, ref = next(((n, o, t) for n, o, t in found if t is not None), ("", None, None))
+    if ref is None:
+        return {}
+    if ref.dtype not in SUPPORTED_DTYPES:
+        where = f"{name or '(the model itself)'} ({_qualname(type(m))})"
+        if owner is m:
+            has = f"has dtype {ref.dtype}"
+        else:
+            has = (f"has no parameters of its own and the module around it, {owner_name or 'the model'} "
+                   f"({type(owner).__name__}), has dtype {ref.dtype}")  # fmt: skip
+        raise TypeError(
+            f"convert_layernorm: cannot convert the module {where}: it {has}, and DyT's parameters must be "
+            f"{_DTYPE_NAMES}; convert the model first (model.float(), or model.bfloat16() or model.half()), "
+            f"or {keep}"
+        )
+    return {"device": ref.device, "dtype": ref.dtype}
+
+
+def _first_floating(m: nn.Module) -> torch.Tensor | None:
+    """m's first floating-point parameter (its submodules' included), else its first such buffer."""
+    return next((t for t in itertools.chain(m.parameters(), m.buffers()) if t.is_floating_point()), None)
 
 
 def convert_norms(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | None = None,
@@ -314,10 +378,16 @@ def convert_norms(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | No
     - rmsnorm=True also converts nn.RMSNorm and RMSNorm modules of other libraries (a class whose name
       ends in RMSNorm with a (C,) weight, such as Hugging Face's LlamaRMSNorm) into DyT(C, bias=False),
       the paper's LLaMA recipe; they are left as they are by default.
-    - Each DyT keeps the norm's device and dtype (float32 where the norm has no parameters). A converted
-      nn.TransformerEncoderLayer has PyTorch's fused inference path turned off (it runs LayerNorm math
-      and reads norm.eps): in eval and under torch.inference_mode it runs its modules, DyT among them;
-      a converted nn.TransformerEncoder likewise stops packing inputs into nested tensors.
+    - Each DyT keeps the norm's device and dtype: those of the norm's first floating-point parameter or
+      buffer; for a norm without any (nn.LayerNorm(C, elementwise_affine=False)), those of the nearest
+      enclosing module that has one (its parent's first, else its grandparent's, up to the model's own
+      first one); the factory defaults (CPU, float32) where the model has none. A norm of a dtype that DyT
+      cannot have (float64) is refused with a TypeError that names it and what to do (model.float() first,
+      or layouts={cls: "keep"}). Every norm is checked and its DyT made before any is replaced: an error
+      leaves the model as it was.
+    - A converted nn.TransformerEncoderLayer has PyTorch's fused inference path turned off (it runs
+      LayerNorm math and reads norm.eps): in eval and under torch.inference_mode it runs its modules, DyT
+      among them; a converted nn.TransformerEncoder likewise stops packing inputs into nested tensors.
     - packed=True makes PackedDyT modules (alpha, weight and bias in one parameter) in place of DyT.
     - autocast_output=True makes every DyT return autocast's dtype under autocast (DyT's argument: right
       where each norm feeds only linear layers or convolutions).
@@ -326,37 +396,60 @@ def convert_norms(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | No
     for cls, layout in layouts.items():
         if layout not in LAYOUTS:
             raise ValueError(f"convert_norms: layouts[{cls!r}] must be one of {LAYOUTS}, got {layout!r}")
-    converted: list[Converted] = []
     make = functools.partial(PackedDyT if packed else DyT, autocast_output=autocast_output)
-    module = _convert(module, "", make, alpha_init, bias, rmsnorm, layouts, converted)
-    return module, converted
-
-
-def _convert(m, name, make, alpha_init, bias, rmsnorm, layouts, converted):
-    new = None
-    if isinstance(m, nn.LayerNorm):
-        layout = _layout(m, name, layouts)
-        if layout != "keep":
-            has_bias = getattr(m, "bias", None) is not None if bias is None else bias
-            new = make(_width(m, name), alpha_init=alpha_init, bias=has_bias,
-                      channels_last=layout == "channels_last", **_factory(m))  # fmt: skip
-    elif rmsnorm and _is_rmsnorm(m):
-        new = make(_width(m, name), alpha_init=alpha_init, bias=False, **_factory(m))
-    if new is not None:
-        converted.append(Converted(name, _qualname(type(m)), new))
-        return new
-    before = len(converted)
-    for child_name, child in m.named_children():
-        full = f"{name}.{child_name}" if name else child_name
-        setattr(m, child_name, _convert(child, full, make, alpha_init, bias, rmsnorm, layouts, converted))
-    if len(converted) > before:
-        if isinstance(m, nn.TransformerEncoderLayer) and (
-            isinstance(m.norm1, DyT) or isinstance(m.norm2, DyT)
-        ):
+    plan = _plan(module, make, alpha_init, bias, rmsnorm, layouts)
+    for parent, attr, c in plan:
+        if parent is None:
+            module = c.dyt
+        else:
+            setattr(parent, attr, c.dyt)
+    new = {id(c.dyt) for _, _, c in plan}
+    for m in module.modules():
+        if not isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
+            continue
+        if not any(id(sub) in new for sub in m.modules()):
+            continue
+        if isinstance(m, nn.TransformerEncoderLayer) and any(isinstance(n, DyT) for n in (m.norm1, m.norm2)):
             m.activation_relu_or_gelu = 0  # the first of the fused path's conditions that fails
         if isinstance(m, nn.TransformerEncoder):
             m.use_nested_tensor = False
-    return m
+    return module, [c for _, _, c in plan]
+
+
+def _plan(model, make, alpha_init, bias, rmsnorm, layouts) -> list[tuple[nn.Module | None, str, Converted]]:
+    """The norms of model that convert, each as (its parent, None for the model itself; its attribute name
+    there; the Converted with its new DyT), in the order of a depth-first walk (model.named_modules()'s);
+    replaces nothing, so that a norm that cannot convert stops the conversion before it changes the model.
+    A norm's subtree is not walked; a submodule reached twice (shared) is walked once."""
+    plan = []
+    walked: set[int] = set()
+    # (parent, attribute name, qualified name, module, the (name, module) pairs enclosing it)
+    todo = [(None, "", "", model, ())]
+    while todo:
+        parent, attr, name, m, around = todo.pop()
+        new = None
+        if isinstance(m, nn.LayerNorm):
+            layout = _layout(m, name, layouts)
+            if layout != "keep":
+                has_bias = getattr(m, "bias", None) is not None if bias is None else bias
+                width = _width(m, name)
+                keep = f"leave the norms of its class as they are with layouts={{{type(m).__name__}: 'keep'}}"
+                factory = _factory(m, name, around, keep)
+                last = layout == "channels_last"
+                new = make(width, alpha_init=alpha_init, bias=has_bias, channels_last=last, **factory)
+        elif rmsnorm and _is_rmsnorm(m):
+            width, keep = _width(m, name), "leave the RMSNorm modules as they are (rmsnorm=False)"
+            new = make(width, alpha_init=alpha_init, bias=False, **_factory(m, name, around, keep))
+        if new is not None:
+            plan.append((parent, attr, Converted(name, _qualname(type(m)), new)))
+            continue
+        if id(m) in walked:
+            continue
+        walked.add(id(m))
+        inside = (*around, (name, m))
+        children = [(m, n, f"{name}.{n}" if name else n, child, inside) for n, child in m.named_children()]
+        todo.extend(reversed(children))
+    return plan
 
 
 def convert_layernorm(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | None = None,

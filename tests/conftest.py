@@ -131,10 +131,28 @@ def pytest_sessionstart(session):
         print(f"conftest: could not write env.json: {exc}", file=sys.stderr)
 
 
+def _impl_args() -> str:
+    """The --impl argument a rerun needs: empty for dyt's own run."""
+    return "" if IMPL is None or IMPL.ours else f"--impl {shlex.quote(IMPL.name)} "
+
+
 def reproduce_command(nodeid: str) -> str:
-    seed = os.environ["DYT_SEED"]
-    impl = "" if IMPL is None or IMPL.ours else f" --impl {shlex.quote(IMPL.name)}"
-    return f"DYT_SEED={seed} nox -s {SESSION} --{impl} {shlex.quote(nodeid)}"
+    """The session's nox line that reruns nodeid with this run's seed and implementation."""
+    return f"DYT_SEED={os.environ['DYT_SEED']} nox -s {SESSION} -- {_impl_args()}{shlex.quote(nodeid)}"
+
+
+def reproduce_lines(nodeid: str) -> list[str]:
+    """Every way to rerun nodeid as this run ran it (same seed, same implementation): the nox line, the
+    pytest line it comes to in this checkout (in the interpreter where this run was), and the docker line
+    (the seed passed into the container)."""
+    seed, impl, test = os.environ["DYT_SEED"], _impl_args(), shlex.quote(nodeid)
+    interpreter = "TRITON_INTERPRET=1 " if os.environ.get("TRITON_INTERPRET") == "1" else ""
+    docker = DOCKER_LINE.replace(" -v ", f" -e DYT_SEED={seed} -v ", 1)
+    return [
+        reproduce_command(nodeid),
+        f"DYT_SEED={seed} {interpreter}python -m pytest {impl}{test}",
+        f"{docker} {impl}{test}",
+    ]
 
 
 @pytest.fixture
@@ -249,8 +267,7 @@ def pytest_sessionfinish(session, exitstatus):
             "Reproduce:",
             "",
             "```",
-            reproduce_command(nodeid),
-            f"{DOCKER_LINE} {shlex.quote(nodeid)}",
+            *reproduce_lines(nodeid),
             "```",
             "",
             "```",

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import xml.etree.ElementTree as ET
 
 TESTS = pathlib.Path(__file__).resolve().parent
@@ -387,8 +388,13 @@ def control_tests() -> tuple[str, ...]:
     return tuple(t for m in MUTANTS.values() for t in m.tests)
 
 
+def _progress(line: str) -> None:
+    print(f"mutants: {line}", file=sys.stderr, flush=True)
+
+
 def main() -> int:
-    """Every mutant against its suite, then the control (the same selections on the real code)."""
+    """Every mutant against its suite, then the control (the same selections on the real code): a progress
+    line on stderr as each starts and ends, the table on stdout at the end."""
     try:
         import pytest  # noqa: F401  (each mutant's suite runs in a child pytest of this Python)
     except ImportError:
@@ -396,13 +402,22 @@ def main() -> int:
               "pip install -e '.[test]'", file=sys.stderr)  # fmt: skip
         return 2
     rows = []
-    for m in MUTANTS.values():
+    total = len(MUTANTS) + 1
+    for i, m in enumerate(MUTANTS.values(), start=1):
+        _progress(f"[{i}/{total}] {m.name} ({m.bug}): {len(m.tests)} tests of {m.suite}")
+        started = time.monotonic()
         out = run_child(m.tests, m.name)
+        verdict = "caught" if out.caught(m.expect) else "NOT CAUGHT"
+        took = time.monotonic() - started
+        _progress(f"        {verdict}: {len(out.failed)}/{len(m.tests)} failed in {took:.0f} s")
         rows.append((m.name, m.suite, "yes" if out.caught(m.expect) else "NO", f"exit {out.returncode}",
                      f"{len(out.failed)}/{len(m.tests)} failed"))  # fmt: skip
         if not out.caught(m.expect):
             print(out.describe(), file=sys.stderr)
+    _progress(f"[{total}/{total}] control: the same {len(control_tests())} tests on the real code")
+    started = time.monotonic()
     control = run_child(control_tests())
+    _progress(f"        {'green' if control.green() else 'NOT GREEN'} in {time.monotonic() - started:.0f} s")
     rows.append(("(control: no mutant)", "all selections", "green" if control.green() else "NOT GREEN",
                  f"exit {control.returncode}",
                  f"{len(control.passed)}/{len(control.tests)} passed"))  # fmt: skip

@@ -24,8 +24,6 @@ from helpers import DTYPES, SM90, check_against_reference, make_inputs, on_gpu, 
 
 pytestmark = [
     pytest.mark.reference_equivalence,
-    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning:triton.runtime.interpreter"),
-    pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning:triton.runtime.interpreter"),
 ]
 
 KERNELS = ops._use_triton(torch.empty(1, device="cuda" if on_gpu() else "cpu"))

@@ -22,8 +22,6 @@ from helpers import DTYPES, check_against_reference, device, make_inputs, on_gpu
 
 pytestmark = [
     pytest.mark.conformance,
-    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning:triton.runtime.interpreter"),
-    pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning:triton.runtime.interpreter"),
 ]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -184,3 +185,45 @@ def test_a_crash_or_a_hang_of_the_implementation_fails_its_test_not_the_run(tmp_
     hang = data.conformance[(impl, "test_more_than_65535_rows")]
     assert hang.failed == 1, inner  # the hang, stopped by the timeout
     assert data.conformance[(impl, "test_bitwise_repeats")].passed == 1, inner
+
+
+SEEDED_BUG = """
+import torch
+
+def dyt(x, alpha, gamma, beta=None):
+    y = torch.tanh(alpha * x) * gamma
+    y = y if beta is None else y + beta
+    if x.dtype == torch.float32 and x.numel() and float(x.detach().flatten()[0]) > 0:
+        y = y * 1.001  # wrong where the first element drawn is positive: about every other seed
+    return y
+"""
+
+
+def test_a_printed_reproduce_line_fails_the_same_test_the_same_way(tmp_path):
+    """A failure of another implementation whose inputs decide it: the failures file's pytest line, run as
+    printed, fails the same test with the same message (same seed, same implementation); the nox line
+    passes pytest the same arguments, and the docker line the seed and the implementation."""
+    (tmp_path / "seeded_bug.py").write_text(SEEDED_BUG)
+    env_extra = {"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}", "DYT_REPORTS": str(tmp_path / "first")}
+    tests = [f"tests/test_conformance.py::test_values_against_the_reference[seeded_bug:dyt-{shape}-fp32]"
+             for shape in ("(64, 96)", "(37, 1000)", "(300, 7)")]  # fmt: skip
+    for salt in range(1, 20):  # each selected test fails for about half the salts
+        run = _pytest(*tests, "--impl", "seeded_bug:dyt", env_extra={**env_extra, "DYT_SEED": str(salt)})
+        if run.returncode == 1:
+            break
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    notes = (tmp_path / "first" / "failures-tests-seeded_bug_dyt.md").read_text()
+    nodeid, block = re.search(
+        r"^## `([^`]+)` \(call\)\n\nReproduce:\n\n```\n(.*?)```", notes, re.M | re.S
+    ).groups()
+    nox_line, pytest_line, docker_line = block.strip().splitlines()
+    assert nox_line.startswith(f"DYT_SEED={salt} nox -s tests -- ")
+    assert nox_line.split(" -- ", 1)[1] == pytest_line.split(" -m pytest ", 1)[1]
+    assert f"-e DYT_SEED={salt} " in docker_line and docker_line.endswith(nox_line.split(" -- ", 1)[1])
+    first = re.search(r"AssertionError: (.*)", notes).group(1)
+    env = _inner_env(**{**env_extra, "DYT_REPORTS": str(tmp_path / "again")})
+    again = subprocess.run(["bash", "-c", pytest_line], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=600)  # fmt: skip
+    assert again.returncode == 1, again.stdout[-2000:] + again.stderr[-2000:]
+    rerun = (tmp_path / "again" / "failures-tests-seeded_bug_dyt.md").read_text()
+    assert f"## `{nodeid}` (call)" in rerun and first in rerun, (first, rerun[:2000])

@@ -4,9 +4,11 @@ torch.compile(fullgraph=True) of a small model, and CUDA graph capture and repla
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -211,6 +213,78 @@ def test_unknown_layernorm_subclass_is_reported_not_guessed():
         dyt.convert_norms(model, layouts={ScaledNorm: "last"})
 
 
+def _no_affine(width):
+    return nn.LayerNorm(width, elementwise_affine=False)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["DyT", "PackedDyT"])
+def test_converted_norms_keep_the_models_device_and_dtype(packed):
+    """A norm without parameters (elementwise_affine=False) gets the device and dtype of the nearest
+    enclosing module that has a parameter; a norm with parameters keeps its own."""
+    model = nn.Sequential(nn.Linear(8, 8), _no_affine(8)).to("meta")
+    dyt.convert_layernorm(model, packed=packed)
+    assert isinstance(model[1], dyt.DyT) and all(p.is_meta for p in model[1].parameters())
+    model = nn.Sequential(nn.Linear(8, 8), _no_affine(8), nn.LayerNorm(8)).bfloat16()
+    dyt.convert_layernorm(model, packed=packed)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert model(torch.randn(2, 8, dtype=torch.bfloat16)).dtype == torch.bfloat16
+    # The nearest enclosing module first: the inner norm takes its block's float16, not the model's float32;
+    # a norm's own parameters come before its surroundings; a model without parameters gives the defaults.
+    model = nn.Sequential(nn.Linear(8, 8), nn.Sequential(nn.Linear(8, 8).half(), _no_affine(8)),
+                          nn.LayerNorm(8).bfloat16())  # fmt: skip
+    dyt.convert_layernorm(model, packed=packed)
+    assert model[1][1].weight.dtype == torch.float16 and model[2].weight.dtype == torch.bfloat16
+    model = nn.Sequential(nn.Identity(), _no_affine(8))
+    dyt.convert_layernorm(model, packed=packed)
+    assert model[1].weight.dtype == torch.float32 and model[1].weight.device.type == "cpu"
+
+
+class _Net(nn.Module):
+    """A float32 norm first, then (in blocks.0) a norm whose block is float64."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.norm0 = nn.LayerNorm(width)
+        self.blocks = nn.Sequential(
+            nn.ModuleDict({"norm1": nn.LayerNorm(width), "fc": nn.Linear(width, width)})
+        )
+        self.blocks.double()
+
+
+@pytest.mark.parametrize(
+    "case, name",
+    [("affine", "1"), ("no_affine", "1"), ("nested", "blocks.0.norm1"), ("root", "(the model itself)")],
+)
+def test_float64_norms_are_refused_naming_the_module_and_the_fix(case, name):
+    """DyT's parameters are float32, bfloat16 or float16: a float64 norm (or one without parameters in a
+    float64 model) is refused before anything is replaced, in one short error that names the module and
+    the way out, which works."""
+    import traceback
+
+    if case == "nested":
+        model = _Net(8)
+    elif case == "root":
+        model = nn.LayerNorm(8).double()
+    else:
+        model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8, elementwise_affine=case == "affine")).double()
+    with pytest.raises(TypeError) as info:
+        dyt.convert_layernorm(model)
+    message = str(info.value)
+    assert f"the module {name} (torch.nn.modules.normalization.LayerNorm)" in message, message
+    assert "torch.float64" in message and "float32, bfloat16 or float16" in message, message
+    assert "model.float()" in message and "layouts={LayerNorm: 'keep'}" in message, message
+    if case == "no_affine":
+        assert "no parameters of its own" in message and "the model (Sequential)" in message, message
+    assert info.value.__cause__ is None and info.value.__context__ is None
+    assert len(traceback.extract_tb(info.tb)) <= 5, "".join(traceback.format_tb(info.tb))
+    assert not any(isinstance(m, dyt.DyT) for m in model.modules())  # not even _Net's float32 norm0
+    with pytest.warns(UserWarning, match="no norm converted"):
+        assert dyt.convert_layernorm(model, layouts={nn.LayerNorm: "keep"}) is model
+    model = dyt.convert_layernorm(model.float())
+    assert not any(isinstance(m, nn.LayerNorm) for m in model.modules())
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
 class LlamaRMSNorm(nn.Module):
     """Hugging Face's LlamaRMSNorm, as transformers defines it (transformers itself is not needed)."""
 
@@ -244,6 +318,15 @@ def test_rmsnorm_converts_on_request_to_dyt_without_bias(caplog):
         dyt.convert_layernorm(_llama_like(), rmsnorm=True)
     assert f"1 {LlamaRMSNorm.__module__}.LlamaRMSNorm -> DyT" in caplog.text
     assert "1 torch.nn.modules.normalization.RMSNorm -> DyT" in caplog.text
+
+
+def test_float64_rmsnorm_is_refused_naming_the_fix():
+    model = _llama_like().double()
+    with pytest.raises(
+        TypeError, match=r"the module 1 \(.*LlamaRMSNorm\): it has dtype torch.float64.*rmsnorm=False"
+    ):
+        dyt.convert_norms(model, rmsnorm=True)
+    assert isinstance(model[1], LlamaRMSNorm)
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
@@ -327,6 +410,68 @@ def test_widths_that_are_ints_are_accepted():
     assert dyt.DyT(np.int64(8)).num_features == 8 and dyt.DyT(torch.tensor(8)).num_features == 8
     with pytest.raises(ValueError, match="positive"):
         dyt.DyT(0)
+
+
+_MODULES = [dyt.DyT, dyt.PackedDyT]
+_FLAGS = ["bias", "channels_last", "autocast_output"]
+
+
+@pytest.mark.parametrize("cls", _MODULES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "value, got",
+    [("a", "str 'a'"), ("0.5", "str '0.5'"), (None, "NoneType None"), (True, "bool True"),
+     (np.bool_(False), "bool np.False_"), (1 + 2j, "complex (1+2j)"), ([0.5], "list [0.5]"),
+     (torch.ones(2), "Tensor of dtype torch.float32 and shape (2,)"),
+     (torch.tensor(True), "Tensor of dtype torch.bool and shape ()"),
+     (torch.ones(1, device="meta"), "Tensor of dtype torch.float32 and shape (1,)")],
+    ids=repr,
+)  # fmt: skip
+def test_alpha_init_that_is_not_a_real_number_is_rejected(cls, value, got):
+    expected = f"{cls.__name__}: alpha_init must be a real number, got {got}"
+    with pytest.raises(TypeError, match=f"^{re.escape(expected)}$"):
+        cls(8, alpha_init=value)
+
+
+@pytest.mark.parametrize("cls", _MODULES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "value",
+    [0.25, 2, np.float32(0.25), np.int64(2), torch.tensor(0.25), torch.tensor([0.25]), torch.tensor(2),
+     float("nan"), float("inf"), -float("inf")],
+    ids=repr,
+)  # fmt: skip
+def test_alpha_init_that_is_a_real_number_is_accepted(cls, value):
+    """A real number: a Python or NumPy int or float, a torch tensor of one element (such as another
+    module's alpha), NaN and +-inf (which dyt computes as its float64 reference does)."""
+    m = cls(8, alpha_init=value)
+    expected = torch.full((1,), float(value))
+    same = functools.partial(torch.testing.assert_close, expected=expected, rtol=0, atol=0, equal_nan=True)
+    assert type(m.alpha_init) is float
+    same(torch.tensor([m.alpha_init]))
+    same(m.alpha.detach())
+    same(cls(8, alpha_init=m.alpha).alpha.detach())
+
+
+@pytest.mark.parametrize("cls", _MODULES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("flag", _FLAGS)
+@pytest.mark.parametrize(
+    "value, got",
+    [("no", "str 'no'"), ("", "str ''"), (None, "NoneType None"), (1, "int 1"), (0, "int 0"),
+     (1.0, "float 1.0"), (torch.tensor(True), "Tensor of dtype torch.bool and shape ()")],
+    ids=repr,
+)  # fmt: skip
+def test_flags_that_are_not_bools_are_rejected(cls, flag, value, got):
+    expected = f"{cls.__name__}: {flag} must be a bool, got {got}"
+    with pytest.raises(TypeError, match=f"^{re.escape(expected)}$"):
+        cls(8, **{flag: value})
+
+
+@pytest.mark.parametrize("cls", _MODULES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("flag", _FLAGS)
+@pytest.mark.parametrize("value", [True, False, np.bool_(True), np.bool_(False)], ids=repr)
+def test_flags_that_are_bools_are_accepted(cls, flag, value):
+    m = cls(8, **{flag: value})
+    assert ((m.bias is not None) if flag == "bias" else getattr(m, flag)) is bool(value)
+    assert str(m).startswith(f"{cls.__name__}(8,")
 
 
 @pytest.mark.parametrize("fullgraph", [True, False], ids=["fullgraph", "graph_breaks_allowed"])

@@ -47,3 +47,25 @@ def test_selections_pass_on_the_real_code():
     out = mutants.run_child(mutants.control_tests())
     assert out.green(), f"the mutation selections fail on the real code:\n{out.describe()}"
     assert "DYT_MUTANT active" not in out.output
+
+
+def test_the_command_reports_progress_as_each_mutant_starts_and_ends(monkeypatch, capsys):
+    """`python tests/mutants.py` takes minutes: a line on stderr as each child run starts and one as it
+    ends, before the table (child runs stubbed here: each mutant caught, the control green)."""
+
+    def child(tests, mutant=None, timeout=300):
+        expect = mutants.MUTANTS[mutant].expect if mutant else ""
+        failed = {t.split("::", 1)[1]: expect for t in tests} if mutant else {}
+        passed = [] if mutant else [t.split("::", 1)[1] for t in tests]
+        output = f"DYT_MUTANT active: {mutant}:" if mutant else ""
+        return mutants.Outcome(mutant, 1 if mutant else 0, tuple(tests), failed, passed, {}, output)
+
+    monkeypatch.setattr(mutants, "run_child", child)
+    assert mutants.main() == 0
+    out = capsys.readouterr()
+    total = len(mutants.MUTANTS) + 1
+    starts = [line for line in out.err.splitlines() if line.startswith("mutants: [")]
+    assert [line.split("]")[0] for line in starts] == [f"mutants: [{i}/{total}" for i in range(1, total + 1)]
+    assert out.err.count("caught: ") == len(mutants.MUTANTS) and "green in" in out.err
+    table = out.out.splitlines()
+    assert table[0].split()[:3] == ["mutant", "suite", "caught"] and len(table) == total + 2

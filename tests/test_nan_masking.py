@@ -15,8 +15,6 @@ from paths import PATHS, assert_path, path_context
 # feed it; expected here, and user code is unaffected.
 pytestmark = [
     pytest.mark.nan_masking,
-    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning:triton.runtime.interpreter"),
-    pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning:triton.runtime.interpreter"),
 ]
 
 NONFINITE_ALPHA = {"+inf": math.inf, "-inf": -math.inf, "nan": math.nan}

@@ -1,7 +1,9 @@
 """The published summary: turns a reports/ folder into summary.md, summary.html and PNG plots.
 
 Works from the files alone (no GPU, no torch, no triton) and renders whatever is there, saying what is
-missing, so a crashed or partial run still produces a page a person can read first.
+missing, so a crashed or partial run still produces a page a person can read first. Where the folder holds
+no run of its own, it renders the results the repository commits in the folder's baselines/ and
+conformance/ subfolders, labelled with the GPU, commit and date they were measured.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import json
 import math
 import re
 import sys
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dyt.service.bench import BANDWIDTH_ELEMENTS, SMALL_SHAPES
-from dyt.service.records import record_key
+from dyt.service.gate import gate
+from dyt.service.records import baseline_path, load_perf, record_key
 
 MAX_SUMMARY_BYTES = 1024 * 1024  # GitHub's job summary limit
 MAX_FAILURES_SHOWN = 200
@@ -219,6 +223,45 @@ def newest_perf(perf_dir: Path) -> tuple[Path | None, dict | None, list[Path]]:
     return path, data, candidates
 
 
+@dataclass
+class Measured:
+    """Where a set of results was measured: the GPU model, the commit and the UTC date (as the files say)."""
+
+    gpu: str = "unknown GPU"
+    commit: str = "unknown"
+    date: str = "date unknown"
+
+    def label(self) -> str:
+        """'NVIDIA H200, git 6b69605, measured 2026-12-01T10:19:21+00:00': for the Markdown."""
+        return f"{self.gpu}, git {self.commit[:12]}, measured {self.date}"
+
+    def short(self) -> str:
+        """'NVIDIA H200, git 6b69605, 2026-12-01': for plot titles."""
+        return f"{self.gpu}, git {self.commit[:12]}, {self.date[:10]}"
+
+
+def measured_kernels(perf: dict) -> Measured:
+    """The kernel rows' GPU, commit and time, from the perf JSON's env block."""
+    env = perf.get("env") or {}
+    return Measured(
+        gpu=env.get("gpu_name") or "unknown GPU",
+        commit=str(env.get("git_sha") or "unknown"),
+        date=env.get("timestamp_utc") or "date unknown",
+    )
+
+
+def measured_models(perf: dict) -> Measured:
+    """The model rows' GPU, commit and date: model_config's git_sha and timestamp_utc, else the env
+    block's (the model benchmark writes its own when its rows join another run's file)."""
+    kernels = measured_kernels(perf)
+    config = perf.get("model_config") or {}
+    return Measured(
+        gpu=kernels.gpu,
+        commit=str(config.get("git_sha") or kernels.commit),
+        date=config.get("timestamp_utc") or kernels.date,
+    )
+
+
 def _num(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
@@ -260,7 +303,7 @@ def make_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
     records = perf["records"]
     providers = providers_in(records)
     ceiling = _num(perf.get("ceiling_gbps"))
-    gpu = (perf.get("env") or {}).get("gpu_name") or "unknown GPU"
+    source = measured_kernels(perf).short()
     written: list[Path] = []
 
     groups: dict[tuple, list[dict]] = {}
@@ -286,7 +329,7 @@ def make_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
         ax.set_ylabel("GB/s (minimal bytes)")
         ax.set_ylim(bottom=0)
         params = "" if pdt == dtype else f", params {_short(pdt)}"
-        ax.set_title(f"{gpu}: {_short(dtype)}{params} {mode}")
+        ax.set_title(f"{source}: {_short(dtype)}{params} {mode}")
         ax.legend(fontsize=8)
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
@@ -321,6 +364,7 @@ def make_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
             ax.set_title(f"{_short(dtype)} {mode}")
             ax.grid(True, axis="y", alpha=0.3)
         axes[0][0].legend(fontsize=8)
+        fig.suptitle(source)
         fig.tight_layout()
         path = plot_dir / f"small-latency-{_short(dtype)}{'' if pdt == dtype else '-p' + _short(pdt)}.png"
         fig.savefig(path, dpi=110)
@@ -362,7 +406,7 @@ def make_model_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     plot_dir.mkdir(parents=True, exist_ok=True)
-    gpu = ((perf or {}).get("env") or {}).get("gpu_name") or "unknown GPU"
+    source = measured_models(perf).short()
     variants = _model_variants(rows)
     modes = [m for m in ("train", "infer") if any(r["mode"] == m for r in rows)]
     written = []
@@ -382,7 +426,7 @@ def make_model_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
         labels = [f"{m}/{b}" + (" (compiled)" if comp else "") for m, b, _, comp in cases]
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))], labels, rotation=30, ha="right")
         ax.set_ylabel(f"{mode} step, median ms")
-        ax.set_title(f"{gpu}: {mode} (bf16 autocast)")
+        ax.set_title(f"{source}: {mode} (bf16 autocast)")
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8, ncol=3)
     fig.tight_layout()
@@ -398,13 +442,13 @@ def make_model_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
         if _num(s.get("median"))
     ]
     if pairs:
-        fig, ax = plt.subplots(figsize=(12, 4.5))
         others = [v for v in variants if any(o == v for _, o, _ in pairs)]
         keys = []
         for r, _, _ in pairs:
             key = (r["model"], r["batch"], r["mode"], r["variant"])
             if key not in keys:
                 keys.append(key)
+        fig, ax = plt.subplots(figsize=(max(12, 0.2 * len(keys)), 5))  # a readable label per group
         width = 0.8 / max(1, len(others))
         for i, other in enumerate(others):
             pts = [
@@ -417,12 +461,10 @@ def make_model_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
             err = [[s["median"] - s["min"] for _, s in pts], [s["max"] - s["median"] for _, s in pts]]
             ax.bar(xs, med, width=width, yerr=err, capsize=2, label=f"over {other}")
         ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
-        names = [
-            f"{m}/{b} {mode}" + (" compiled" if v.startswith("compile") else "") for m, b, mode, v in keys
-        ]
-        ax.set_xticks([k + 0.4 - width / 2 for k in range(len(keys))], names, rotation=30, ha="right")
+        names = [f"{m}/{b} {mode} {v}" for m, b, mode, v in keys]
+        ax.set_xticks([k + 0.4 - width / 2 for k in range(len(keys))], names, rotation=90, fontsize=7)
         ax.set_ylabel("dyt speedup (median of rounds)")
-        ax.set_title(f"{gpu}: dyt's speedup over each variant (above 1: dyt faster; whiskers: round range)")
+        ax.set_title(f"{source}: dyt's speedup over each variant (above 1: dyt faster; whiskers: rounds)")
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
@@ -440,6 +482,7 @@ def models_section(perf: dict | None, plots: list[Path], base: Path) -> list[str
         return []
     out = ["## Model benchmark", ""]
     config = (perf or {}).get("model_config") or {}
+    out += [f"Rows of {measured_models(perf or {}).label()}.", ""]
     out.append(
         f"Training step (zero_grad, forward, backward, AdamW under {config.get('autocast', 'bfloat16')} "
         f"autocast) and inference (inference_mode): median ms per step over {config.get('rounds')} "
@@ -807,11 +850,192 @@ def errors_list(records: list[dict]) -> list[str]:
     return out + [""]
 
 
+# ------------------------------------------------------------------------------------ committed results
+
+
+@dataclass
+class Baseline:
+    """A committed baseline: baselines/<gpu>.json, a perf JSON of one GPU model."""
+
+    path: Path
+    perf: dict
+
+
+@dataclass
+class CommittedVerdict:
+    """A committed conformance verdict: conformance/<gpu>/junit/*.xml read as a run's, and where it ran."""
+
+    folder: Path
+    junit: JunitData
+    measured: Measured
+
+    def page(self) -> Path:
+        """What a reader opens: the verdict's summary.md, else its folder."""
+        summary = self.folder / "summary.md"
+        return summary if summary.is_file() else self.folder
+
+
+def load_baselines(baselines_dir: Path) -> list[Baseline]:
+    """Every readable perf JSON under baselines/, by file name; none when the folder is absent."""
+    found = []
+    for path in sorted(baselines_dir.glob("*.json")):
+        try:
+            found.append(Baseline(path, load_perf(path)))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def baseline_of(baselines: list[Baseline], gpu_name: str | None) -> Baseline | None:
+    """The baseline of a GPU model: the one named baselines/<gpu slug>.json, as the gate finds it."""
+    if not gpu_name:
+        return None
+    return next((b for b in baselines if b.path == baseline_path(b.path.parent, gpu_name)), None)
+
+
+_DEVICE = re.compile(r"^cuda:\d+ (?P<gpu>.+?)(?: \(CUDA_VISIBLE_DEVICES=[^)]*\))?$")
+_SUMMARY_ROW = re.compile(r"^\| (?P<field>git_sha|gpu_name|timestamp_utc) \| (?P<value>[^|]+?) \|$", re.M)
+
+
+def junit_measured(folder: Path) -> Measured:
+    """GPU, commit and date of a committed verdict: from its JUnit files (the `device` and `git_sha`
+    properties, the earliest test suite timestamp), then from the summary.md beside them (its environment
+    table), then the GPU from the folder's name."""
+    found: dict[str, str] = {}
+    stamps = []
+    for path in sorted((folder / "junit").glob("*.xml")):
+        try:
+            root = ET.parse(path).getroot()
+        except (OSError, ET.ParseError):
+            continue
+        for elem in root.iter():
+            if elem.tag == "testsuite" and elem.get("timestamp"):
+                stamps.append(elem.get("timestamp"))
+            elif elem.tag == "property" and elem.get("name") == "git_sha" and elem.get("value"):
+                found.setdefault("git_sha", elem.get("value"))
+            elif elem.tag == "property" and elem.get("name") == "device":
+                match = _DEVICE.match(elem.get("value") or "")
+                if match:
+                    found.setdefault("gpu_name", match["gpu"])
+    if stamps:
+        found["timestamp_utc"] = _iso_seconds(min(stamps))
+    try:
+        summary = (folder / "summary.md").read_text(errors="replace")
+    except OSError:
+        summary = ""
+    for match in _SUMMARY_ROW.finditer(summary):
+        if match["value"] not in ("None", ""):
+            found.setdefault(match["field"], match["value"])
+    return Measured(
+        gpu=found.get("gpu_name") or folder.name,
+        commit=found.get("git_sha") or "unknown",
+        date=found.get("timestamp_utc") or "date unknown",
+    )
+
+
+def _iso_seconds(stamp: str) -> str:
+    """An ISO time to the second ('2026-12-01T14:05:09.70+00:00' -> '2026-12-01T14:05:09+00:00')."""
+    try:
+        return datetime.datetime.fromisoformat(stamp).isoformat(timespec="seconds")
+    except ValueError:
+        return stamp
+
+
+def load_verdicts(conformance_dir: Path) -> list[CommittedVerdict]:
+    """Every conformance/<gpu>/ folder that holds JUnit files, by name; none when the folder is absent."""
+    verdicts = []
+    for folder in sorted(p for p in conformance_dir.glob("*") if p.is_dir()):
+        junit = load_junit(folder / "junit")
+        if junit.files:
+            verdicts.append(CommittedVerdict(folder, junit, junit_measured(folder)))
+    return verdicts
+
+
+def _link(path: Path, base: Path) -> str:
+    """A Markdown link to path, relative to the summary's folder where it lies under it."""
+    rel = path.relative_to(base).as_posix() if path.is_relative_to(base) else path.as_posix()
+    return f"[`{rel}`]({rel})"
+
+
+def committed(section: list[str], title: str, label: str) -> list[str]:
+    """A section rendered by its own function for committed data: its heading extended by title, and label
+    as the first paragraph under it; an empty section stays empty."""
+    if not section:
+        return []
+    head, rest = section[0], section[1:]
+    return [f"{head}: {title}", "", label, *(rest if rest[:1] == [""] else ["", *rest])]
+
+
+def baseline_sections(baseline: Baseline, plot_dir: Path, base: Path) -> tuple[list[str], list[Path]]:
+    """A committed baseline rendered as a run (the performance and model sections, with their plots under
+    plot_dir), each titled as the committed baseline of its GPU; the Markdown and the plots written."""
+    perf = baseline.perf
+    plots = make_plots(perf, plot_dir)
+    model_plots = make_model_plots(perf, plot_dir)
+    title = f"committed baseline, {measured_kernels(perf).gpu}"
+    label = f"The committed baseline {_link(baseline.path, base)}; no bench run in this folder."
+    lines = committed(perf_section(baseline.path, perf, [baseline.path], plots, base), title, label)
+    lines += committed(models_section(perf, model_plots, base), title, label)
+    return lines, plots + model_plots
+
+
+def baseline_note(perf: dict, baselines: list[Baseline], base: Path) -> list[str]:
+    """Beside a fresh run: the committed baseline of its GPU model, named and linked with where it was
+    measured, and the regression gate's verdict of the run against it; which baselines exist otherwise."""
+    if not baselines:
+        return []
+    out = ["## Committed baseline", ""]
+    gpu = measured_kernels(perf).gpu
+    ours = baseline_of(baselines, gpu)
+    if ours is None:
+        names = ", ".join(_link(b.path, base) for b in baselines)
+        return out + [f"No committed baseline of {gpu}; the repository holds {names}.", ""]
+    out += [
+        f"The committed baseline of {gpu}, {_link(ours.path, base)}: kernel rows of "
+        f"{measured_kernels(ours.perf).label()}"
+        + (f"; model rows of {measured_models(ours.perf).label()}" if ours.perf.get("model_records") else "")
+        + ".",
+        "",
+        "This run against it (`python -m dyt gate`, default margins):",
+        "",
+        "```",
+        *gate(perf, ours.perf).lines,
+        "```",
+        "",
+    ]
+    return out
+
+
+def verdict_sections(verdicts: list[CommittedVerdict], base: Path) -> list[str]:
+    """The committed conformance verdicts (no JUnit results in this folder): each one's conformance table,
+    titled with its GPU and labelled with its commit and date."""
+    out = []
+    for v in verdicts:
+        label = (f"The committed verdict {_link(v.page(), base)}, from its JUnit files (no test run in this "
+                 f"folder): {v.measured.label()}.")  # fmt: skip
+        out += committed(conformance_section(v.junit), f"committed verdict, {v.measured.gpu}", label)
+    return out
+
+
+def verdict_note(verdicts: list[CommittedVerdict], base: Path) -> list[str]:
+    """Beside a fresh run's conformance results: which committed verdicts exist, linked and labelled."""
+    if not verdicts:
+        return []
+    items = [f"- {_link(v.page(), base)}: {v.measured.label()}" for v in verdicts]
+    return ["Committed conformance verdicts to compare with:", "", *items, ""]
+
+
 # --------------------------------------------------------------------------------------------- render
 
 
 def compose(reports: Path) -> tuple[str, list[Path]]:
-    """The summary's Markdown and the plots written for it."""
+    """The summary's Markdown and the plots written for it.
+
+    A run's files in the folder (junit/, perf/, env.json, failures-*.md) come first. Where the folder holds
+    no JUnit results, or no perf data, the results the repository commits beside them take their place:
+    the conformance verdicts of conformance/<gpu>/ and the baselines of baselines/, rendered by the same
+    section functions and titled as committed. Beside a run's results, the committed ones are named.
+    """
     junit = load_junit(reports / "junit")
     notes = []
     for path in sorted(reports.glob("failures-*.md")):
@@ -825,16 +1049,51 @@ def compose(reports: Path) -> tuple[str, list[Path]]:
     perf_path, perf, perf_files = newest_perf(reports / "perf")
     plots = make_plots(perf, reports / "plots")
     model_plots = make_model_plots(perf, reports / "plots")
+    baselines = load_baselines(reports / "baselines")
+    verdicts = load_verdicts(reports / "conformance")
+    committed_perf = [] if perf is not None else baselines
+    committed_verdicts = [] if junit.files else verdicts
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     sha = (env or {}).get("git_sha") or ((perf or {}).get("env") or {}).get("git_sha") or "unknown"
     lines = ["# DyT report", "", f"Generated {now} from `{reports}` (git {str(sha)[:12]}).", ""]
+    lines += source_note(bool(junit.files), perf is not None, bool(verdicts), bool(baselines))
     lines += tests_section(junit)
-    lines += conformance_section(junit)
+    if committed_verdicts:
+        lines += verdict_sections(committed_verdicts, reports)
+    else:
+        lines += conformance_section(junit)
+        lines += verdict_note(verdicts, reports)
     lines += failures_section(junit, notes)
     lines += env_section(env if isinstance(env, dict) else None)
-    lines += perf_section(perf_path, perf, perf_files, plots, reports)
-    lines += models_section(perf, model_plots, reports)
+    if committed_perf:
+        for baseline in committed_perf:
+            plot_dir = reports / "plots" / f"baseline-{baseline.path.stem}"
+            section, written = baseline_sections(baseline, plot_dir, reports)
+            lines += section
+            plots += written
+    else:
+        lines += perf_section(perf_path, perf, perf_files, plots, reports)
+        lines += models_section(perf, model_plots, reports)
+        lines += baseline_note(perf, baselines, reports) if perf is not None else []
     return _cap("\n".join(lines) + "\n", MAX_SUMMARY_BYTES), plots + model_plots
+
+
+def source_note(run_tests: bool, run_perf: bool, verdicts: bool, baselines: bool) -> list[str]:
+    """The paragraph that says, for each kind of result the folder holds no run of (JUnit, perf), whether
+    the sections show the repository's committed results instead or there are none; none when the
+    folder's own run fills every section."""
+    out = []
+    if not run_tests:
+        out.append("No JUnit results in this folder: the conformance section shows the committed verdicts "
+                   "(conformance/<gpu>/junit/)." if verdicts else "No JUnit results in this folder and no "
+                   "committed conformance verdicts (conformance/<gpu>/junit/).")  # fmt: skip
+    if not run_perf:
+        out.append("No perf data in this folder: the performance and model sections show the committed "
+                   "baselines (baselines/<gpu>.json)." if baselines else "No perf data in this folder and "
+                   "no committed baselines (baselines/<gpu>.json).")  # fmt: skip
+    if (verdicts and not run_tests) or (baselines and not run_perf):
+        out.append("Each committed result is labelled with the GPU, commit and date it was measured.")
+    return [" ".join(out), ""] if out else []
 
 
 def _cap(text: str, limit: int) -> str:
