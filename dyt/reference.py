@@ -47,17 +47,36 @@ def dyt_backward_reference(dy, x, alpha, gamma, beta=None):
     return dx, dalpha, dgamma, dbeta
 
 
-def evaluation_scales(dy, x, alpha, gamma, beta=None) -> dict[str, tuple]:
+# How far off, in float32 ulps of z, the argument that reaches sech^2(z)'s exponential may be
+# (evaluation_scales derives it).
+ARGUMENT_ULPS = 1.5
+
+
+def evaluation_scales(dy, x, alpha, gamma, beta=None, *, eval_ulps: float = 8) -> dict[str, tuple]:
     """What the tolerance rule (tests/tolerances.py) needs beside each reference value, in float64: for y,
     the magnitude of its largest float32 term per element (|gamma tanh| + |beta|); for each parameter
     gradient, the sum of its terms' magnitudes and their root sum of squares over the reduced dimensions.
-    Keys y, dalpha, dgamma and (with beta) dbeta; values (scale, rss), rss None for y."""
+    Keys y, dalpha, dgamma and (with beta) dbeta; values (scale, rss), rss None for y.
+
+    The rule grants each term eval_ulps float32 ulps (tests/tolerances.py's EVAL_ULPS, the default) for the
+    operations that evaluate it. dalpha's terms dy gamma x sech^2(z), z = alpha x, also carry the rounding
+    of their argument, which sech^2 amplifies: a relative error d of z moves sech^2(z) by
+    |d log sech^2(z) / d log z| d = 2|z tanh z| d. z = alpha x rounds to float32, and exp(-2|z|), evaluated
+    as exp2(-2|z| log2 e) (the GPU's exponential), rounds the constant log2 e and the product: three
+    roundings of half an ulp each, so the exponent is up to ARGUMENT_ULPS = 1.5 ulps of z off. Each dalpha
+    term's magnitude therefore counts with weight 1 + ARGUMENT_ULPS 2|z tanh z| / eval_ulps, i.e.
+    eval_ulps + 3|z tanh z| ulps of the term (8 + 60 at |z| = 20, where sech^2 ~ 4 exp(-40); 8 + 132 at
+    |z| = 44, where it leaves float32's normal range); where the weight is not finite, the term is exactly
+    0 or NaN and keeps its magnitude. tanh's condition number 2|z| / sinh(2|z|) is at most 1, one of
+    eval_ulps' ulps, so dgamma's terms (dy tanh z) keep eval_ulps unweighted, as do dbeta's (dy)."""
     x64, dy64 = _as64(x), _as64(dy)
     a64, g64, b64 = _as64(alpha).reshape(()), _as64(gamma), _as64(beta)
     z = a64 * x64
     t = torch.tanh(z)
     dz = dy64 * g64 * sech2_reference(z)
     lead = tuple(range(x64.dim() - 1))
+    amplification = (2.0 * z * t).abs().nan_to_num(nan=0.0, posinf=0.0)
+    weight = 1.0 + ARGUMENT_ULPS * amplification / eval_ulps
 
     def sums(terms, dims):
         """(sum of |terms|, root sum of squares) over the reduced dimensions."""
@@ -65,7 +84,7 @@ def evaluation_scales(dy, x, alpha, gamma, beta=None) -> dict[str, tuple]:
             return terms.abs(), terms.abs()
         return terms.abs().sum(dim=dims), terms.square().sum(dim=dims).sqrt()
 
-    da_abs, da_rss = sums(dz * x64, tuple(range(x64.dim())))
+    da_abs, da_rss = sums(dz * x64 * weight, tuple(range(x64.dim())))
     scales = {
         "y": ((g64 * t).abs() + (b64.abs() if b64 is not None else 0.0), None),
         "dalpha": (da_abs.reshape(alpha.shape), da_rss.reshape(alpha.shape)),

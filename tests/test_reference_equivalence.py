@@ -4,6 +4,7 @@ parameters, ranks, layouts, and through every API (functional, module, torch.com
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import subprocess
 import sys
@@ -262,7 +263,8 @@ def test_saturated_tail(path, seed):
     reaches dx as bfloat16 subnormals up to |z| ~ 47, which must not be flushed to zero early.
 
     (float32 outputs are not held to relative L2 1e-6 in this regime: rounding alpha * x to float32 alone
-    moves exp(-2|z|) by 2|z| * 2^-24 relative, ~7e-6 at |z| = 60.)"""
+    moves exp(-2|z|) by 2|z| * 2^-24 relative, ~7e-6 at |z| = 60. dalpha's float32 terms carry the same
+    amplification, and its rule weighs them by it: dyt.reference.evaluation_scales.)"""
     width = PATHS[path][0]
     inp = make_inputs((17, width), torch.bfloat16, seed=seed, alpha=1.0, param_dtype=torch.float32)
     gen = torch.Generator().manual_seed(seed)
@@ -271,6 +273,78 @@ def test_saturated_tail(path, seed):
     inp.x = (mags * signs).to(torch.bfloat16).to(inp.x.device).requires_grad_()
     with path_context(path):
         check_against_reference(inp, run(inp))
+
+
+def _saturated_draw(seed: int, alpha: float, *, aligned: bool = False) -> dict:
+    """test_saturated_tail's draw on the CPU at any alpha: |alpha x| from 20 to 60 with x in bfloat16, float32
+    parameters, no beta. aligned: dy's signs make every dalpha term dy gamma x sech^2(alpha x) positive."""
+    drawn = reference.random_inputs((17, 100), torch.bfloat16, seed=seed, alpha=alpha, beta=False,
+                                    param_dtype=torch.float32)  # fmt: skip
+    gen = torch.Generator().manual_seed(seed)
+    mags = 20.0 + 40.0 * torch.rand(drawn["x"].shape, generator=gen)
+    signs = torch.where(torch.rand(drawn["x"].shape, generator=gen) < 0.5, -1.0, 1.0)
+    drawn["x"] = (mags * signs / alpha).to(torch.bfloat16)
+    if aligned:
+        drawn["dy"] = (drawn["dy"].float().abs() * (drawn["gamma"] * drawn["x"].float()).sign()).bfloat16()
+    return drawn
+
+
+def _sech2_as_the_kernels(z: torch.Tensor) -> torch.Tensor:
+    """sech^2 in float32 as dyt.kernels._sech_and_q has it: (2h / (1 + h^2))^2, h = exp2(-|z| log2 e)."""
+    h = torch.exp2(z.abs() * torch.tensor(-1.4426950408889634, dtype=torch.float32))
+    sech = (2.0 * (1.0 / (1.0 + h * h))) * h
+    return sech * sech
+
+
+def _sech2_plain(z: torch.Tensor) -> torch.Tensor:
+    """sech^2 in float32 through torch.exp: 4h / (1 + h)^2 with h = exp(-2|z|)."""
+    h = torch.exp(-2.0 * z.abs())
+    return 4.0 * h / (1.0 + h) ** 2
+
+
+def _dalpha_from_float32_terms(drawn: dict, sech2=_sech2_as_the_kernels, term_dtype=torch.float32):
+    """dalpha from float32 terms dy gamma x sech^2(alpha x) (rounded to term_dtype), summed in float64."""
+    x = drawn["x"].float()
+    terms = (drawn["dy"].float() * drawn["gamma"]) * sech2(drawn["alpha"] * x) * x
+    return terms.to(term_dtype).double().sum().reshape(1).float()
+
+
+def _check_dalpha(drawn: dict, got: torch.Tensor) -> None:
+    args = (drawn["dy"], drawn["x"], drawn["alpha"], drawn["gamma"])
+    scale, rss = reference.evaluation_scales(*args)["dalpha"]
+    ref = reference.dyt_backward_reference(*args)[1]
+    assert_close("dalpha", got, ref, kind="param", storage=torch.float32, scale=scale, rss=rss)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.7])
+def test_dalpha_rule_at_saturated_z(alpha, seed):
+    """dalpha's float32 rule where |alpha x| is 20 to 60, without the kernels. float32 terms dy gamma x
+    sech^2(z) summed in float64 pass, with sech^2 from the kernels' exp2 or from torch.exp, z = alpha x exact
+    (alpha 1) or rounded (0.7). Wrong sums fail: dalpha off by 1e-4 relative where its terms do not cancel
+    (beyond the rule at any draw: there rss <= |dalpha|, and the weights stay below 24, so the rule allows
+    at most 1e-5 + 8 * 24 * 2^-23), and terms rounded to bfloat16, x's dtype (the few terms that dominate a
+    saturated sum make that rounding cancel by chance in about 1% of draws: 15 of 20 draws must catch it)."""
+    drawn = _saturated_draw(seed, alpha)
+    for sech2 in (_sech2_as_the_kernels, _sech2_plain):
+        _check_dalpha(drawn, _dalpha_from_float32_terms(drawn, sech2))
+    aligned = _saturated_draw(seed, alpha, aligned=True)
+    with pytest.raises(AssertionError, match="dalpha: relative L2 error"):
+        _check_dalpha(aligned, _dalpha_from_float32_terms(aligned) * (1 + 1e-4))
+    caught = 0
+    for k in range(20):
+        draw = _saturated_draw(seed + k, alpha)
+        try:
+            _check_dalpha(draw, _dalpha_from_float32_terms(draw, term_dtype=torch.bfloat16))
+        except AssertionError:
+            caught += 1
+    assert caught >= 15, f"terms rounded to bfloat16 caught at {caught} of 20 draws"
+
+
+def test_evaluation_scales_weigh_by_the_tolerance_tables_eval_ulps():
+    """dyt.reference.evaluation_scales adds each dalpha term's argument rounding to tests/tolerances.py's
+    EVAL_ULPS ulps: its default eval_ulps is that constant."""
+    default = inspect.signature(reference.evaluation_scales).parameters["eval_ulps"].default
+    assert default == EVAL_ULPS
 
 
 @pytest.mark.parametrize("method", ["libdevice", "hw_approx"])

@@ -3,7 +3,10 @@
 float32 storage: relative L2 error at most 1e-6 for y and dx, 1e-5 for parameter gradients. A parameter
 gradient is a sum of float32-evaluated terms, so where the sum cancels (|sum| far below its terms) its
 allowance also holds the terms' own rounding, EVAL_ULPS float32 ulps of their root sum of squares (rss):
-the error that even an exact accumulation of float32 terms carries.
+the error that even an exact accumulation of float32 terms carries. A term whose expression amplifies the
+rounding of its argument counts with that amplification on top: dalpha's terms hold sech^2(alpha x), which
+turns an ulp of alpha x into 2|alpha x| ulps of the term (dyt.reference.evaluation_scales derives the
+weights).
 bfloat16/float16 storage: every element within one ulp of the reference rounded to that dtype, plus the
 float32 evaluation error of the expression: EVAL_ULPS float32 ulps of its largest term (scale), so that
 results that cancel to nearly zero are judged by what float32 arithmetic can deliver.
@@ -60,7 +63,8 @@ def assert_close(name: str, got: torch.Tensor, ref: torch.Tensor, *, kind: str, 
 
     storage is the dtype the value is stored in (got.dtype); scale is the magnitude of the largest float32
     term of each element's expression (defaults to |ref|), used by the 16-bit rule; rss is each parameter
-    gradient's root sum of squared terms, used by the float32 rule for parameter gradients.
+    gradient's root sum of squared terms, used by the float32 rule for parameter gradients (both as
+    dyt.reference.evaluation_scales gives them, where a term's argument rounding is amplified).
     """
     assert got.dtype == storage, f"{name}: dtype {got.dtype}, expected {storage}"
     assert tuple(got.shape) == tuple(ref.shape), (
