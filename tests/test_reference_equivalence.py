@@ -265,14 +265,30 @@ def test_saturated_tail(path, seed):
     (float32 outputs are not held to relative L2 1e-6 in this regime: rounding alpha * x to float32 alone
     moves exp(-2|z|) by 2|z| * 2^-24 relative, ~7e-6 at |z| = 60. dalpha's float32 terms carry the same
     amplification, and its rule weighs them by it: dyt.reference.evaluation_scales.)"""
-    width = PATHS[path][0]
-    inp = make_inputs((17, width), torch.bfloat16, seed=seed, alpha=1.0, param_dtype=torch.float32)
+    inp = _saturated_inputs(PATHS[path][0], seed)
+    with path_context(path):
+        check_against_reference(inp, run(inp))
+
+
+def _saturated_inputs(width: int, seed: int, dev=None):
+    """17 rows of bf16 x with |x| from 20 to 60 (alpha = 1), float32 parameters."""
+    inp = make_inputs((17, width), torch.bfloat16, seed=seed, alpha=1.0, param_dtype=torch.float32, dev=dev)
     gen = torch.Generator().manual_seed(seed)
     mags = 20.0 + 40.0 * torch.rand(inp.x.shape, generator=gen)
     signs = torch.where(torch.rand(inp.x.shape, generator=gen) < 0.5, -1.0, 1.0)
     inp.x = (mags * signs).to(torch.bfloat16).to(inp.x.device).requires_grad_()
-    with path_context(path):
-        check_against_reference(inp, run(inp))
+    return inp
+
+
+def test_saturated_tail_on_the_plain_pytorch_path(seed):
+    """The plain CPU path's sech^2 past |z| = 44.4, where exp(2|z|) overflows float32: dx still reaches the
+    bf16 subnormals the reference has there (torch_path._sech2's exp(-2|z|) form)."""
+    inp = _saturated_inputs(1000, seed, dev=torch.device("cpu"))
+    x2d, dy2d = inp.x.detach(), inp.dy
+    a, g, b = inp.alpha.detach(), inp.gamma.detach(), inp.beta.detach()
+    y = torch_path.forward(x2d, a, g, b, x2d.dtype)
+    dx, da, dg, db = torch_path.backward(dy2d, x2d, a, g, x2d.dtype, a.dtype, g.dtype, b.dtype)
+    check_against_reference(inp, (y, dx, da, dg, db))
 
 
 def _saturated_draw(seed: int, alpha: float, *, aligned: bool = False) -> dict:
