@@ -72,7 +72,8 @@ def test_an_inner_run_under_the_gpu_sessions_environment_keeps_none_of_its_guard
     """A test that starts its own pytest inside `nox -s gpu_tests` inherits the matrix's environment
     (gpu_matrix.session_env: DYT_REQUIRE_GPU=1, pinning, locks). With the GPU hidden, as the crash-and-hang
     test hides it, that guard would refuse the inner run (exit 4): the inner environment drops it."""
-    parent = gpu_matrix.session_env(["0"], tmp_path / "outer", str(tmp_path), os.environ)
+    session = {**os.environ, "DYT_SESSION": "gpu_tests"}  # as `nox -s gpu_tests` starts the matrix
+    parent = gpu_matrix.session_env(["0"], tmp_path / "outer", str(tmp_path), session)
     assert parent["DYT_REQUIRE_GPU"] == "1" and parent["DYT_SESSION"] == "gpu_tests"
     run = _pytest("tests/test_conformance.py::test_empty_input", "--impl", "eager", parent=parent,
                   env_extra={"DYT_REPORTS": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""})  # fmt: skip
