@@ -50,9 +50,10 @@ def test_ci_run_runs_the_readmes_test_command():
 
 def _externally_managed_python() -> str | None:
     """A Python outside any virtualenv whose standard library holds the EXTERNALLY-MANAGED marker, with pip
-    and venv (ensurepip): Debian's /usr/bin/python3 on Debian and Ubuntu machines."""
+    and venv (ensurepip): Debian's /usr/bin/python3 on Debian and Ubuntu machines with python3-pip and
+    python3-venv."""
     marker = "os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')"
-    probe = "import ensurepip, os, sys, sysconfig; assert sys.prefix == sys.base_prefix; "
+    probe = "import ensurepip, os, pip, sys, sysconfig; assert sys.prefix == sys.base_prefix; "
     probe += f"print(os.path.exists({marker}))"
     for python in ("/usr/bin/python3", shutil.which("python3")):
         if not python or not os.path.exists(python):
@@ -69,7 +70,7 @@ def test_the_readme_commands_set_up_under_an_externally_managed_python(tmp_path)
     call lists the sessions (-l) instead of running them (the suites themselves are .ci/run's)."""
     python = _externally_managed_python()
     if python is None:
-        pytest.skip("no Python marked externally managed (PEP 668) with venv here, e.g. Debian's python3")
+        pytest.skip("no Python marked externally managed (PEP 668) with pip and venv here (Debian's python3)")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").symlink_to(python)
