@@ -304,7 +304,10 @@ def lint(session: nox.Session) -> None:
     if workflows:
         session.run("actionlint", *workflows)
         dependabot = [str(p.relative_to(ROOT)) for p in (ROOT / ".github").glob("dependabot.y*ml")]
-        session.run("zizmor", "--offline", "--no-progress", "--persona", "pedantic", *workflows, *dependabot)
+        composite = (ROOT / ".github" / "actions").glob("*/action.y*ml")
+        actions = sorted(str(p.relative_to(ROOT)) for p in composite)
+        session.run("zizmor", "--offline", "--no-progress", "--persona", "pedantic", *workflows, *actions,
+                    *dependabot)  # fmt: skip
 
 
 @nox.session

@@ -53,13 +53,13 @@ ARGUMENT_ULPS = 1.5
 
 
 def evaluation_scales(dy, x, alpha, gamma, beta=None, *, eval_ulps: float = 8) -> dict[str, tuple]:
-    """What the tolerance rule (tests/tolerances.py) needs beside each reference value, in float64: for y,
-    the magnitude of its largest float32 term per element (|gamma tanh| + |beta|); for each parameter
+    """What the tolerance rule (dyt.conformance.tolerances) needs beside each reference value, in float64:
+    for y, the magnitude of its largest float32 term per element (|gamma tanh| + |beta|); for each parameter
     gradient, the sum of its terms' magnitudes and their root sum of squares over the reduced dimensions.
     Keys y, dalpha, dgamma and (with beta) dbeta; values (scale, rss), rss None for y.
 
-    The rule grants each term eval_ulps float32 ulps (tests/tolerances.py's EVAL_ULPS, the default) for the
-    operations that evaluate it. dalpha's terms dy gamma x sech^2(z), z = alpha x, also carry the rounding
+    The rule grants each term eval_ulps float32 ulps (dyt.conformance.tolerances.EVAL_ULPS, the default) for
+    the operations that evaluate it. dalpha's terms dy gamma x sech^2(z), z = alpha x, also carry the rounding
     of their argument, which sech^2 amplifies: a relative error d of z moves sech^2(z) by
     |d log sech^2(z) / d log z| d = 2|z tanh z| d. z = alpha x rounds to float32, and exp(-2|z|), evaluated
     as exp2(-2|z| log2 e) (the GPU's exponential), rounds the constant log2 e and the product: three

@@ -44,20 +44,27 @@ GPU_ONLY_REASON = (
 )
 
 
+# The conformance checks' plugin (its --dyt-impl, fixtures and per-check properties), loaded wherever this
+# conftest is: child runs with addopts of their own take it too.
+pytest_plugins = ("dyt.conformance",)
+
 _CONFIG = None
-IMPL = None  # the implementation under test (dyt.service.conformance.Impl), from --impl
+IMPL = None  # the implementation under test (dyt.conformance.implementations.Implementation)
 
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--impl", default="dyt", metavar="NAME",
-        help="the DyT implementation the conformance suite judges: dyt (default), eager, compile, liger, or "
-        "module:attr, a callable (x, alpha, gamma, beta) -> y; other than dyt, dyt's own suites are not "
-        "applicable and skip",
+        "--impl", default=None, metavar="NAME",
+        help="the DyT implementation the conformance checks judge (the shipped plugin's --dyt-impl, this "
+        "repository's spelling): dyt (default), eager, paper, compile[:NAME], liger, liger_module, or "
+        "module:attr; other than dyt, dyt's own suites are not applicable and skip",
     )  # fmt: skip
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    """Before the conformance plugin (pytest_plugins above) resolves its implementation: --impl, else dyt,
+    becomes its --dyt-impl."""
     interrupt_on_sigterm()  # a time limit's SIGTERM still leaves the JUnit XML of what finished
     if os.environ.get("DYT_REQUIRE_GPU") == "1" and not torch.cuda.is_available():
         raise pytest.UsageError(
@@ -66,14 +73,19 @@ def pytest_configure(config):
         )
     config._dyt_failures = []
     config._dyt_gpu_only_skips = []
-    global _CONFIG, IMPL
+    global _CONFIG
     _CONFIG = config
-    from dyt.service import conformance
+    config.option.dyt_impl = config.option.dyt_impl or config.getoption("--impl") or "dyt"
 
-    try:
-        IMPL = conformance.resolve(config.getoption("--impl"))
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    """The implementation the plugin resolved (pytest_configure), for this file's hooks and fixtures."""
+    from dyt.conformance import plugin
+
+    global IMPL
+    IMPL = plugin.implementation(session.config)
+    _write_session_files(session)
 
 
 NOT_APPLICABLE = (
@@ -83,11 +95,13 @@ NOT_APPLICABLE = (
 
 
 def pytest_collection_modifyitems(config, items):
+    from dyt.conformance import plugin
+
     if IMPL is None or IMPL.ours:
         return
     skip = pytest.mark.skip(reason=NOT_APPLICABLE.format(name=IMPL.name))
     for item in items:
-        if item.path.name != "test_conformance.py":
+        if not plugin.is_check(item):
             item.add_marker(skip)
 
 
@@ -101,7 +115,7 @@ def _device_label() -> str:
     return "cpu (Triton interpreter)" if os.environ.get("TRITON_INTERPRET") == "1" else "cpu (plain PyTorch)"
 
 
-def pytest_sessionstart(session):
+def _write_session_files(session):
     if hasattr(session.config, "workerinput"):
         return  # xdist worker: the controller writes the session-level files
     xml = getattr(session.config, "_xml", None)

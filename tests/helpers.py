@@ -1,62 +1,36 @@
-"""Inputs and runs shared by the suites: fresh random data, one call through the public API, and the
-comparison of every output and gradient with the float64 reference under the tolerance table."""
+"""Inputs and runs shared by the suites: the contract's inputs, call and judgement (dyt.conformance.contract,
+which the conformance checks use too), one call through dyt's public API, and dyt's own plans and tables."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 
 import torch
 
 import dyt
-from dyt import launcher, planner, reference
-
-from tolerances import assert_close
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from dyt import launcher, planner
+from dyt.conformance.contract import (  # noqa: F401  (the suites import them from here)
+    DTYPES,
+    Inputs,
+    check_against_reference,
+    default_device,
+    forward_backward,
+    make_inputs,
+)
 
 
 def device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return default_device()
 
 
 def on_gpu() -> bool:
     return device().type == "cuda"
 
 
-@dataclasses.dataclass
-class Inputs:
-    x: torch.Tensor
-    alpha: torch.Tensor
-    gamma: torch.Tensor
-    beta: torch.Tensor | None
-    dy: torch.Tensor
-
-    def leaves(self):
-        return [t for t in (self.x, self.alpha, self.gamma, self.beta) if t is not None]
-
-
-def make_inputs(shape, dtype, *, seed: int, param_dtype=None, beta=True, alpha=None, x_scale=1.0,
-                dev=None) -> Inputs:  # fmt: skip
-    """dyt.reference.random_inputs on this machine's device (or dev), the leaves requiring grad."""
-    drawn = reference.random_inputs(shape, dtype, seed=seed, param_dtype=param_dtype, beta=beta, alpha=alpha,
-                                    x_scale=x_scale, device=dev or device())  # fmt: skip
-    leaves = {
-        k: None if drawn[k] is None else drawn[k].requires_grad_() for k in ("x", "alpha", "gamma", "beta")
-    }
-    return Inputs(**leaves, dy=drawn["dy"])
-
-
 def run(inp: Inputs, fn=None):
     """Forward and backward through fn (default dyt.dyt); returns (y, dx, dalpha, dgamma, dbeta)."""
-    fn = fn or dyt.dyt
-    for t in inp.leaves():
-        t.grad = None
-    y = fn(inp.x, inp.alpha, inp.gamma, inp.beta)
-    y.backward(inp.dy)
-    return (y.detach(), inp.x.grad, inp.alpha.grad, inp.gamma.grad,
-            None if inp.beta is None else inp.beta.grad)  # fmt: skip
+    return forward_backward(fn or dyt.dyt, inp)
 
 
 def call_in_mode(mode: str, fn, args):
@@ -73,27 +47,6 @@ def use_python_path(monkeypatch) -> None:
     from dyt import ops
 
     monkeypatch.setattr(ops, "_native_op", lambda x: None)
-
-
-def check_against_reference(inp: Inputs, outs, label: str = "") -> None:
-    """Every output and gradient against float64, with each value's evaluation scale (tolerances.py)."""
-    y, dx, dalpha, dgamma, dbeta = outs
-    y_ref = reference.dyt_forward_reference(inp.x, inp.alpha, inp.gamma, inp.beta)
-    dx_ref, da_ref, dg_ref, db_ref = reference.dyt_backward_reference(
-        inp.dy, inp.x, inp.alpha, inp.gamma, inp.beta
-    )
-    scales = reference.evaluation_scales(inp.dy, inp.x, inp.alpha, inp.gamma, inp.beta)
-    checks = [
-        ("y", y, y_ref, "out", *scales["y"]),
-        ("dx", dx, dx_ref, "out", None, None),
-        ("dalpha", dalpha, da_ref, "param", *scales["dalpha"]),
-        ("dgamma", dgamma, dg_ref, "param", *scales["dgamma"]),
-    ]
-    if inp.beta is not None:
-        checks.append(("dbeta", dbeta, db_ref, "param", *scales["dbeta"]))
-    for name, got, ref, kind, scale, rss in checks:
-        assert got is not None, f"{label}{name}: no gradient produced"
-        assert_close(f"{label}{name}", got, ref, kind=kind, storage=got.dtype, scale=scale, rss=rss)
 
 
 # An H200 (sm_90, 132 SMs) for planning tests that hold on any machine.

@@ -229,7 +229,8 @@ def test_workflow_hardening(path):
     assert re.search(r"^permissions: \{\}\n", text, re.M), f"{path.name}: top permissions grant something"
     jobs = re.findall(r"^  ([\w-]+):\n", text[text.index("\njobs:") :], re.M)
     assert len(re.findall(r"^    timeout-minutes:", text, re.M)) == len(jobs), f"{path.name}: timeouts"
-    assert "cancel-in-progress: ${{ github.event_name == 'pull_request' }}" in text, path.name
+    reusable = re.search(r"^on:\n  workflow_call:", text, re.M)  # its callers set concurrency
+    assert reusable or "cancel-in-progress: ${{ github.event_name == 'pull_request' }}" in text, path.name
     for match in re.finditer(r"^\s+run:.*\$\{\{", text, re.M):
         pytest.fail(f"{path.name}: expression expanded inside a run script: {match.group(0)}")
 

@@ -64,7 +64,12 @@ def pins(lock: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("name", WORKFLOWS)
 def test_only_pull_requests_cancel_their_older_runs(name):
+    """A reusable workflow (on: workflow_call alone) leaves concurrency to its callers: a group of its own
+    would join the runs of every caller."""
     text = WORKFLOWS[name]
+    if re.search(r"^on:\n  workflow_call:", text, re.M):
+        assert not re.search(r"^concurrency:", text, re.M), f"{name}: a reusable workflow sets concurrency"
+        return
     (block,) = re.findall(r"^concurrency:\n((?:  .*\n)+)", text, re.M)
     assert "  cancel-in-progress: ${{ github.event_name == 'pull_request' }}\n" in block, block
     assert "cancel-in-progress: true" not in text, f"{name}: pushes to main would cancel each other"

@@ -37,9 +37,8 @@ from torch import nn
 
 import dyt
 from dyt import torch_path
+from dyt.conformance.tolerances import EVAL_ULPS
 from dyt.service.peers import EagerDyT
-
-from tolerances import EVAL_ULPS
 
 pytestmark = pytest.mark.convergence
 

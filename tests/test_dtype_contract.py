@@ -10,6 +10,7 @@ import torch
 
 import dyt
 from dyt import launcher, planner
+from dyt.conformance.tolerances import assert_close
 
 from helpers import (
     DTYPES,
@@ -25,7 +26,6 @@ from helpers import (
     tile_of,
 )
 from paths import PATHS, assert_path, path_context
-from tolerances import assert_close
 
 pytestmark = pytest.mark.dtype_contract
 

@@ -675,7 +675,7 @@ def test_tensors_on_a_gpu_that_is_not_the_current_one(seed):
         from helpers import check_against_reference, make_inputs, run
         assert torch.cuda.device_count() >= 2
         with torch.cuda.device(0):
-            inp = make_inputs((300, 256), torch.bfloat16, seed={seed}, dev=torch.device("cuda:1"))
+            inp = make_inputs((300, 256), torch.bfloat16, seed={seed}, device=torch.device("cuda:1"))
             check_against_reference(inp, run(inp))
         print("checked on cuda:1 with cuda:0 current")
     """)  # fmt: skip

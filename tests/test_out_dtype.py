@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 import dyt
+from dyt.conformance.tolerances import assert_close
 
 from helpers import DTYPES, Inputs, check_against_reference, device, on_gpu, run
 from paths import PATHS, assert_path, path_context
-from tolerances import assert_close
 
 pytestmark = pytest.mark.dtype_contract
 

@@ -14,6 +14,7 @@ import torch
 
 import dyt
 from dyt import direct_launch, kernels, launcher, ops, planner, reference, torch_path
+from dyt.conformance.tolerances import EVAL_ULPS, HW_TANH, MANTISSA_BITS, REL_L2, assert_close, ulp
 
 from helpers import (
     DTYPES,
@@ -32,7 +33,6 @@ from helpers import (
     with_poly,
 )
 from paths import PATHS, assert_path, path_context
-from tolerances import EVAL_ULPS, HW_TANH, MANTISSA_BITS, REL_L2, assert_close, ulp
 
 pytestmark = pytest.mark.reference_equivalence
 
@@ -207,7 +207,7 @@ def test_torch_compile_fullgraph(seed):
 def test_plain_pytorch_path(width, dtype, seed):
     """The path CPU tensors take without the interpreter: same contract, called directly."""
     inp = make_inputs(
-        (37, width), DTYPES[dtype], seed=seed, param_dtype=torch.float32, dev=torch.device("cpu")
+        (37, width), DTYPES[dtype], seed=seed, param_dtype=torch.float32, device=torch.device("cpu")
     )
     x2d, dy2d = inp.x.detach(), inp.dy
     a, g, b = inp.alpha.detach(), inp.gamma.detach(), inp.beta.detach()
@@ -272,7 +272,9 @@ def test_saturated_tail(path, seed):
 
 def _saturated_inputs(width: int, seed: int, dev=None):
     """17 rows of bf16 x with |x| from 20 to 60 (alpha = 1), float32 parameters."""
-    inp = make_inputs((17, width), torch.bfloat16, seed=seed, alpha=1.0, param_dtype=torch.float32, dev=dev)
+    inp = make_inputs(
+        (17, width), torch.bfloat16, seed=seed, alpha=1.0, param_dtype=torch.float32, device=dev
+    )
     gen = torch.Generator().manual_seed(seed)
     mags = 20.0 + 40.0 * torch.rand(inp.x.shape, generator=gen)
     signs = torch.where(torch.rand(inp.x.shape, generator=gen) < 0.5, -1.0, 1.0)
@@ -357,7 +359,7 @@ def test_dalpha_rule_at_saturated_z(alpha, seed):
 
 
 def test_evaluation_scales_weigh_by_the_tolerance_tables_eval_ulps():
-    """dyt.reference.evaluation_scales adds each dalpha term's argument rounding to tests/tolerances.py's
+    """dyt.reference.evaluation_scales adds each dalpha term's argument rounding to the tolerance table's
     EVAL_ULPS ulps: its default eval_ulps is that constant."""
     default = inspect.signature(reference.evaluation_scales).parameters["eval_ulps"].default
     assert default == EVAL_ULPS
@@ -698,7 +700,7 @@ def test_gradients_of_gradients_match_the_float64_reference(channels_first, beta
     """create_graph=True gives gradients that autograd differentiates again: a backward that builds a
     graph runs torch_path.differentiable_backward (the kernels' gradients are not differentiable). First
     and second order against float64 autograd of the paper's expression, at the suites' relative L2
-    tolerances: first order by tests/tolerances.py's rule; second order at the parameter one, plus
+    tolerances: first order by dyt/conformance/tolerances.py's rule; second order at the parameter one, plus
     EVAL_ULPS times the error of the paper's expression evaluated in float32 autograd (where a gradient
     cancels, float32 arithmetic itself cannot deliver 1e-5)."""
     gen = torch.Generator().manual_seed(seed)
@@ -726,7 +728,7 @@ def test_gradients_of_gradients_match_the_float64_reference(channels_first, beta
     got = _penalty(ours, leaves, w.to(device()))
     ref = _penalty(paper, leaves64, w.to(device(), torch.float64))
     in_float32 = _penalty(paper, [t.to(device()).requires_grad_() for t in fp32], w.to(device()))[1]
-    # the first-order parameter gradients are sums: the suites' float32 rule (tests/tolerances.py) allows
+    # the first-order parameter gradients are sums: the tolerance table's float32 rule allows
     # for their terms' rounding (their root sum of squares), which cancellation can leave large beside
     # the sum itself
     moved = [t.movedim(1, -1) if channels_first else t for t in (w, fp32[0])]

@@ -17,9 +17,9 @@ from torch.func import functional_call, grad, hessian, jvp, stack_module_state, 
 
 import dyt
 from dyt import reference
+from dyt.conformance.tolerances import EVAL_ULPS, REL_L2, assert_close
 
 from helpers import DTYPES, device, on_gpu
-from tolerances import EVAL_ULPS, REL_L2, assert_close
 
 pytestmark = pytest.mark.reference_equivalence
 

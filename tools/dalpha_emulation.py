@@ -9,13 +9,11 @@ No GPU needed; docs/kernels.md cites its numbers.
 
 from __future__ import annotations
 
-import pathlib
 import sys
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
-from tolerances import EVAL_ULPS, FP32_EPS, REL_L2  # noqa: E402  (the suites' one tolerance table)
+from dyt.conformance.tolerances import EVAL_ULPS, FP32_EPS, REL_L2  # the suites' one tolerance table
 
 PROGRAMS, LANES, STEPS = 384, 2048, 2731  # 131073 x 16384 elements: 65537 tiles of 2 x 1024 over 24 groups
 RUN = 256  # dyt.planner.LANE_RUN_TILES
@@ -64,7 +62,7 @@ def main(seed: int) -> None:
     kahan_sum = (total.astype(np.float64) - lost.astype(np.float64)).sum()
     apart_sum = (apart.astype(np.float64) + errors.astype(np.float64)).sum()
     rss = squares**0.5
-    allowed = EVAL_ULPS * FP32_EPS * rss + REL_L2["param"] * abs(exact)  # tests/tolerances.py's rule
+    allowed = EVAL_ULPS * FP32_EPS * rss + REL_L2["param"] * abs(exact)  # the tolerance table's rule
     print(f"exact {exact:.6f} rss {rss:.1f} allowed {allowed:.4f} ({EVAL_ULPS} float32 ulps of rss "
           f"+ {REL_L2['param']} of |sum|)")  # fmt: skip
     print(f"errors: float32 lanes {plain_sum - exact:+.5f}, Kahan {kahan_sum - exact:+.5f}, "

@@ -14,7 +14,7 @@ import sys
 
 # What `python -m dyt report` imports from the report extra (pyproject.toml's [report]).
 REPORT_MODULES = ("junitparser", "matplotlib", "markdown")
-COMMANDS = ("bench", "report", "gate", "tune", "native", "env")
+COMMANDS = ("bench", "report", "gate", "tune", "conformance", "native", "env")
 DESCRIPTION = f"DyT kernels and their test-suite service: {', '.join(COMMANDS)}."
 
 
@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="allowed absolute drop in a model row's dyt speedup")  # fmt: skip
 
     sub.add_parser("tune", help="the launch-config tuner (dyt.tune); arguments pass through", add_help=False)
+    sub.add_parser("conformance", help="the contract's checks on any DyT implementation, and the merge "
+                   "of runners' verdicts (dyt.conformance.runner); arguments pass through",
+                   add_help=False)  # fmt: skip
 
     native = sub.add_parser("native", help="build the native host path ahead of the first CUDA call, or say "
                             "where it stands")  # fmt: skip
@@ -77,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"tune: the tuner is not available ({exc})", file=sys.stderr)
             return 2
         return int(tune.main(argv[1:]) or 0)
+    if argv and argv[0] == "conformance":  # the runner owns its own arguments
+        from dyt.conformance import runner
+
+        return runner.main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "bench":
         from dyt.service import bench
