@@ -178,6 +178,13 @@ def pytest_runtest_setup(item):
                              ("reproduce", run.reproduce(item.name))]  # fmt: skip
 
 
+def junit_log(config):
+    """pytest's JUnit writer of this run (--junitxml), None without one: where global properties go."""
+    from _pytest.junitxml import xml_key  # the key junitxml stashes its writer under (pytest >= 7)
+
+    return config.stash.get(xml_key, None)
+
+
 class _Collector:
     """Gathers check results in the process that writes the verdict (the controller under xdist)."""
 
@@ -200,7 +207,7 @@ def pytest_sessionstart(session):
     if run is None or hasattr(session.config, "workerinput"):
         return
     session.config.pluginmanager.register(_Collector(run), "dyt-conformance-collector")
-    xml = getattr(session.config, "_xml", None)
+    xml = junit_log(session.config)
     if xml is not None:
         from dyt.service.env import collect_env
 

@@ -92,7 +92,8 @@ def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     out = pathlib.Path(args.out or f"reports/conformance-{_slug(args.impl)}").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    (out / "pytest.ini").write_text("[pytest]\n")  # this run's own configuration, none of the caller's
+    # This run's own configuration, none of the caller's; xunit1: each case's properties in the JUnit XML.
+    (out / "pytest.ini").write_text("[pytest]\njunit_family = xunit1\n")
     env = dict(os.environ)
     if args.seed is not None:
         env["DYT_SEED"] = str(args.seed)
