@@ -12,6 +12,7 @@ __all__ = [
     "Converted",
     "DyT",
     "PackedDyT",
+    "alpha_parameters",
     "convert_layernorm",
     "convert_norms",
     "dyt",
@@ -22,7 +23,8 @@ __version__ = "0.2.0"  # the package's one version: pyproject.toml reads it, `dy
 
 _HOMES = {"dyt": "dyt.ops", "dyt_channels_first": "dyt.ops", "dyt_packed": "dyt.ops", "DyT": "dyt.module",
           "PackedDyT": "dyt.module", "Converted": "dyt.module", "convert_layernorm": "dyt.module",
-          "convert_norms": "dyt.module"}  # fmt: skip
+          "convert_norms": "dyt.module",
+          "alpha_parameters": "dyt.module"}  # fmt: skip
 
 
 def __getattr__(name: str):

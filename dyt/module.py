@@ -363,7 +363,7 @@ def _first_floating(m: nn.Module) -> torch.Tensor | None:
 
 
 def convert_norms(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | None = None,
-                  rmsnorm: bool = False, layouts: Mapping[type, str] | None = None, packed: bool = False,
+                  rmsnorm: bool = False, layouts: Mapping[type, str] | None = None, packed: bool = True,
                   autocast_output: bool = False) -> tuple[nn.Module, list[Converted]]:  # fmt: skip
     """Replaces the norms of module (itself included) by fresh DyT modules; returns (module, converted).
 
@@ -388,7 +388,12 @@ def convert_norms(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | No
     - A converted nn.TransformerEncoderLayer has PyTorch's fused inference path turned off (it runs
       LayerNorm math and reads norm.eps): in eval and under torch.inference_mode it runs its modules, DyT
       among them; a converted nn.TransformerEncoder likewise stops packing inputs into nested tensors.
-    - packed=True makes PackedDyT modules (alpha, weight and bias in one parameter) in place of DyT.
+    - packed (the default) makes PackedDyT modules: alpha, weight and bias in one parameter, `params`, so
+      autograd and the optimizer handle one tensor a norm where DyT has three and LayerNorm two (the host
+      cost of a training step: docs/host-path.md, "Packed parameters"). Its state dict is DyT's (alpha,
+      weight, bias), so the paper's checkpoints load either way. packed=False makes DyT modules, whose
+      alpha, weight and bias are parameters of their own: for an optimizer setting of alpha's own
+      (alpha_parameters), or rules that pick parameters by name.
     - autocast_output=True makes every DyT return autocast's dtype under autocast (DyT's argument: right
       where each norm feeds only linear layers or convolutions).
     """
@@ -453,7 +458,7 @@ def _plan(model, make, alpha_init, bias, rmsnorm, layouts) -> list[tuple[nn.Modu
 
 
 def convert_layernorm(module: nn.Module, alpha_init: float = 0.5, *, bias: bool | None = None,
-                      rmsnorm: bool = False, layouts: Mapping[type, str] | None = None, packed: bool = False,
+                      rmsnorm: bool = False, layouts: Mapping[type, str] | None = None, packed: bool = True,
                       autocast_output: bool = False) -> nn.Module:  # fmt: skip
     """convert_norms (see there for the arguments) that returns the module and says what it converted.
 
@@ -473,3 +478,23 @@ def convert_layernorm(module: nn.Module, alpha_init: float = 0.5, *, bias: bool 
     hint = f"; {rms} RMSNorm module(s) left as they are (rmsnorm=True converts them)" if rms else ""
     warnings.warn(f"convert_layernorm: no norm converted in {type(module).__name__}{hint}", stacklevel=2)
     return module
+
+
+def alpha_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """The alpha parameters of module's DyT modules, for an optimizer group of their own:
+
+        model = dyt.convert_layernorm(model, packed=False)
+        alphas = dyt.alpha_parameters(model)
+        rest = [p for p in model.parameters() if all(p is not a for a in alphas)]
+        opt = torch.optim.AdamW([{"params": rest}, {"params": alphas, "weight_decay": 0.0}])
+
+    A PackedDyT holds its alpha inside its one parameter, where no optimizer setting can tell it apart:
+    a ValueError names the first such module and the conversion that gives alpha a parameter of its own."""
+    packed = next((name for name, m in module.named_modules() if isinstance(m, PackedDyT)), None)
+    if packed is not None:
+        raise ValueError(
+            f"alpha_parameters: {packed or '(the model itself)'} is a PackedDyT, whose alpha is part of its "
+            "one parameter; convert with dyt.convert_layernorm(model, packed=False) for alpha parameters of "
+            "their own"
+        )
+    return [m.alpha for m in module.modules() if isinstance(m, DyT)]

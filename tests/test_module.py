@@ -152,9 +152,14 @@ def test_convert_with_bias_true_loads_the_papers_checkpoints():
     paper = paper_convert_ln_to_dyt(_bias_free_model())
     state = paper.state_dict()
     assert state["1.alpha"].shape == (1,) and state["1.weight"].shape == state["1.bias"].shape == (32,)
-    ours = dyt.convert_layernorm(_bias_free_model(), bias=True)
+    ours = dyt.convert_layernorm(_bias_free_model(), bias=True, packed=False)
     ours.load_state_dict(state, strict=True)
     assert [n for n, _ in ours[3].named_parameters()] == ["alpha", "weight", "bias"]
+    packed = dyt.convert_layernorm(_bias_free_model(), bias=True)  # the default: PackedDyT, the same keys
+    packed.load_state_dict(state, strict=True)
+    assert isinstance(packed[3], dyt.PackedDyT) and [n for n, _ in packed[3].named_parameters()] == ["params"]
+    x = torch.randn(3, 16)
+    assert torch.equal(packed(x), ours(x))
     # The default keeps each norm's own parameter set: a bias-free LayerNorm gives a bias-free DyT.
     default = dyt.convert_layernorm(_bias_free_model())
     assert default[1].bias is None and default[3].bias is None
@@ -681,3 +686,27 @@ def test_tensors_on_a_gpu_that_is_not_the_current_one(seed):
     """)  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and "checked on cuda:1" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+
+
+def test_the_default_conversion_packs_and_alpha_gets_a_group_of_its_own_unpacked(seed):
+    """convert_layernorm makes PackedDyT by default (one parameter a norm); with packed=False the DyT
+    modules' alphas take an optimizer group of their own (dyt.alpha_parameters), which a packed model
+    refuses by name."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8), nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)))
+    packed = dyt.convert_layernorm(copy.deepcopy(model))
+    assert [type(m).__name__ for m in (packed[1], packed[2][1])] == ["PackedDyT", "PackedDyT"]
+    with pytest.raises(ValueError, match=r"alpha_parameters: 1 is a PackedDyT.*packed=False"):
+        dyt.alpha_parameters(packed)
+    plain = dyt.convert_layernorm(copy.deepcopy(model), packed=False)
+    alphas = dyt.alpha_parameters(plain)
+    assert alphas == [plain[1].alpha, plain[2][1].alpha]
+    rest = [p for p in plain.parameters() if all(p is not a for a in alphas)]
+    assert len(rest) + len(alphas) == len(list(plain.parameters()))
+    opt = torch.optim.SGD([{"params": rest, "lr": 0.0}, {"params": alphas, "lr": 0.5}])
+    before = [p.detach().clone() for p in plain.parameters()]
+    plain(torch.randn(4, 8)).square().sum().backward()
+    opt.step()
+    for p, old in zip(plain.parameters(), before, strict=True):
+        moved = not torch.equal(p.detach(), old)
+        assert moved == any(p is a for a in alphas), "only the alpha group moves (its lr; the rest at 0)"

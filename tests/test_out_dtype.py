@@ -244,8 +244,10 @@ def test_convert_layernorm_sets_autocast_output():
     norms = [m for m in converted.modules() if isinstance(m, dyt.DyT)]
     assert len(norms) == 2 and all(m.autocast_output for m in norms)
     assert "autocast_output=True" in repr(norms[0])
-    packed = dyt.convert_layernorm(nn.Sequential(nn.LayerNorm(16)), packed=True, autocast_output=True)
+    packed = dyt.convert_layernorm(nn.Sequential(nn.LayerNorm(16)), autocast_output=True)
     assert isinstance(packed[0], dyt.PackedDyT) and packed[0].autocast_output
+    unpacked = dyt.convert_layernorm(nn.Sequential(nn.LayerNorm(16)), packed=False, autocast_output=True)
+    assert type(unpacked[0]) is dyt.DyT and unpacked[0].autocast_output
     plain = dyt.convert_layernorm(nn.Sequential(nn.LayerNorm(16)))
     assert not plain[0].autocast_output and "autocast_output" not in repr(plain[0])
 

@@ -2,9 +2,9 @@
 
 On every path (plain CPU, the interpreter, CUDA's native op): a packed call gives the unpacked call's bits
 for y, dx and every parameter gradient, its one gradient laid out as the parameter is; double backward
-agrees; PackedDyT's state dict is DyT's (each loads the other's); convert_layernorm makes PackedDyT on
-request; bad input raises errors in dyt's and the module's terms. The native op's own packed gradient
-block and its checks are in test_native.py.
+agrees; PackedDyT's state dict is DyT's (each loads the other's); convert_layernorm makes PackedDyT by
+default, DyT with packed=False; bad input raises errors in dyt's and the module's terms. The native op's
+own packed gradient block and its checks are in test_native.py.
 """
 
 from __future__ import annotations
@@ -198,12 +198,13 @@ def test_a_state_dict_of_another_width_is_refused_in_dyts_names():
         m.load_state_dict({"weight": torch.ones(8)})
 
 
-def test_convert_layernorm_makes_packed_modules_on_request(seed):
+def test_convert_layernorm_makes_packed_modules_by_default(seed):
     torch.manual_seed(seed)
     norms = nn.LayerNorm(16), nn.LayerNorm(16, bias=False)
     model = nn.Sequential(nn.Linear(16, 16), norms[0], nn.Linear(16, 16), norms[1])
-    plain = dyt.convert_layernorm(copy.deepcopy(model))
-    packed_model = dyt.convert_layernorm(copy.deepcopy(model), packed=True)
+    plain = dyt.convert_layernorm(copy.deepcopy(model), packed=False)
+    assert [type(m).__name__ for m in plain] == ["Linear", "DyT", "Linear", "DyT"]
+    packed_model = dyt.convert_layernorm(copy.deepcopy(model))
     assert [type(m).__name__ for m in packed_model] == ["Linear", "PackedDyT", "Linear", "PackedDyT"]
     assert packed_model[3].bias is None and packed_model[1].bias is not None
     packed_model.load_state_dict(plain.state_dict())

@@ -13,10 +13,11 @@ small config; 4, 16) whose RMSNorms become DyT without beta.
 Variants, all from the same weights: `norm` (the model's own norm), `eager` (the paper's DyT module,
 dyt.service.peers.EagerDyT), `dyt` (dyt.DyT), `dyt_autocast` (dyt.DyT(autocast_output=True): the norms
 return autocast's bf16, the cast in front of the next layer gone), `packed_dyt` (dyt.PackedDyT: alpha,
-weight and bias in one parameter), `liger` (Liger-Kernel's LigerDyT, where it imports) and, in separate
-compiled cases (ViT-S/16 at 64 and the narrow net at 8 by default), `compile_eager`, `compile_dyt` and
-`compile_dyt_autocast`: torch.compile of the whole model with each module, and `graphs_eager`,
-`graphs_dyt` and `graphs_dyt_autocast`: the same with mode="reduce-overhead" (CUDA graphs; CUDA only).
+weight and bias in one parameter; what dyt.convert_layernorm makes by default), `liger` (Liger-Kernel's
+LigerDyT, where it imports) and, in separate compiled cases (ViT-S/16 at 64 and the narrow net at 8 by
+default), `compile_eager`, `compile_dyt`, `compile_dyt_autocast` and `compile_packed_dyt`: torch.compile
+of the whole model with each module, and `graphs_eager`, `graphs_dyt`, `graphs_dyt_autocast` and
+`graphs_packed_dyt`: the same with mode="reduce-overhead" (CUDA graphs; CUDA only).
 dyt's ratios compare variants of one kind.
 
 Measures, per variant: a training step (zero_grad, forward and loss under bf16 autocast, backward, AdamW
@@ -287,6 +288,10 @@ VARIANTS: dict[str, Variant] = {
     "compile_dyt_autocast": Variant("compile_dyt_autocast", _make_dyt_autocast, compiled=True, ours=True),
     "graphs_dyt_autocast": Variant(
         "graphs_dyt_autocast", _make_dyt_autocast, compiled=True, ours=True, cuda_only=True, graphs=True
+    ),  # fmt: skip
+    "compile_packed_dyt": Variant("compile_packed_dyt", _make_packed_dyt, compiled=True, ours=True),
+    "graphs_packed_dyt": Variant(
+        "graphs_packed_dyt", _make_packed_dyt, compiled=True, ours=True, cuda_only=True, graphs=True
     ),  # fmt: skip
 }
 

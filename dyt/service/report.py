@@ -376,7 +376,8 @@ def make_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
 
 MODEL_VARIANT_ORDER = (
     "norm", "eager", "dyt", "dyt_autocast", "packed_dyt", "liger", "compile_eager", "compile_dyt",
-    "compile_dyt_autocast", "graphs_eager", "graphs_dyt", "graphs_dyt_autocast",
+    "compile_dyt_autocast", "compile_packed_dyt", "graphs_eager", "graphs_dyt", "graphs_dyt_autocast",
+    "graphs_packed_dyt",
 )  # fmt: skip
 
 
