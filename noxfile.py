@@ -24,7 +24,7 @@ DIST = ROOT / "dist"
 # The operator's suites and the conformance checks: what the installed wheel must pass on its own. The
 # tooling suites read the checkout (its CI files, docs, tools) and stay with it.
 OPERATOR_SUITES = ("grid_limit or nan_masking or dtype_contract or reference_equivalence or determinism or "
-                   "module or convergence or conformance or mutation")  # fmt: skip
+                   "module or convergence or conformance or mutation or fuzz")  # fmt: skip
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
