@@ -19,27 +19,14 @@ import torch
 from torch import nn
 
 import dyt
+from dyt.conformance.implementations import DynamicTanh
 
 from helpers import check_against_reference, device, make_inputs, on_gpu, run
 
 pytestmark = pytest.mark.module
 
-
-class PaperDynamicTanh(nn.Module):
-    """The paper's reference module, as published (parameter names and defaults are the contract)."""
-
-    def __init__(self, normalized_shape, channels_last, alpha_init_value=0.5):
-        super().__init__()
-        self.channels_last = channels_last
-        self.alpha = nn.Parameter(torch.ones(1) * alpha_init_value)
-        self.weight = nn.Parameter(torch.ones(normalized_shape))
-        self.bias = nn.Parameter(torch.zeros(normalized_shape))
-
-    def forward(self, x):
-        x = torch.tanh(self.alpha * x)
-        if self.channels_last:
-            return x * self.weight + self.bias
-        return x * self.weight[:, None, None] + self.bias[:, None, None]
+# The paper's reference module, as published (parameter names and defaults are the contract).
+PaperDynamicTanh = DynamicTanh
 
 
 def test_parameters_and_defaults():

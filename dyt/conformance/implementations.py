@@ -75,7 +75,7 @@ class DynamicTanh(nn.Module):
     """The paper's DyT module (Zhu et al., "Transformers without Normalization", its reference code's
     class and forward): alpha (1,), weight and bias (C,), channels_last or (N, C, H, W)."""
 
-    def __init__(self, normalized_shape: int, channels_last: bool = True, alpha_init_value: float = 0.5):
+    def __init__(self, normalized_shape: int, channels_last: bool, alpha_init_value: float = 0.5):
         super().__init__()
         self.channels_last = channels_last
         self.alpha = nn.Parameter(torch.ones(1) * alpha_init_value)
