@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dyt.service.files import locked, unwritten, write_atomic
 from dyt.service.gate import gate_files
 from dyt.service.records import json_safe, perf_path, record_key
 from dyt.service.run_control import STOPPED, BenchStopped, error_text, progress, stop_on_signal
@@ -629,7 +630,11 @@ def main(args: argparse.Namespace) -> int:
     if stopped:
         report["incomplete"] = {"records": len(records), "of": total, "stopped_by": stopped[0]}
     path = perf_path(Path(args.out), env)
-    report = write_perf(path, report, append=getattr(args, "append", False))
+    try:
+        report = write_perf(path, report, append=getattr(args, "append", False))
+    except OSError as exc:  # a full disk, a read-only reports/: the rows go elsewhere, not nowhere
+        return unwritten("bench", path, exc, json.dumps(json_safe(report), indent=1) + "\n",
+                         f"the {len(records)} records measured")  # fmt: skip
     failed = sum(1 for r in records if r["error"])
     print(f"wrote {path} ({len(records)} records, {failed} with errors)")
     if stopped:
@@ -654,8 +659,16 @@ def write_perf(path: Path, report: dict, append: bool = False) -> dict:
     existing file of the same commit are kept. With append, so are its kernel records of other cases (a
     record of the same provider, shape, dtypes and mode is replaced) and its copies at other traffic: each
     record carries the ratio to its own run's ceiling, and `runs` lists every run's ceiling and selection,
-    so one file can hold a bench measured in parts."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    so one file can hold a bench measured in parts.
+
+    The file is read, merged and written back under files.locked (a model bench or another part writing
+    the same commit's file waits, so neither drops the other's rows) and written whole or not at all
+    (files.write_atomic); an OSError (full disk, read-only folder) propagates with the old file intact."""
+    with locked(path):
+        return _write_perf_locked(Path(path), report, append)
+
+
+def _write_perf_locked(path: Path, report: dict, append: bool) -> dict:
     try:
         old = json.loads(path.read_text()) if path.exists() else {}
     except (OSError, ValueError):
@@ -675,7 +688,7 @@ def write_perf(path: Path, report: dict, append: bool = False) -> dict:
         older = [c for c in old.get("copies_at_traffic") or [] if c.get("bytes_moved") not in moved]
         merged = [*older, *(report.get("copies_at_traffic") or [])]
         report["copies_at_traffic"] = sorted(merged, key=lambda c: c["bytes_moved"])
-    path.write_text(json.dumps(json_safe(report), indent=1) + "\n")
+    write_atomic(path, json.dumps(json_safe(report), indent=1) + "\n")
     return report
 
 

@@ -37,18 +37,30 @@ def _parser() -> argparse.ArgumentParser:
 
     from dyt.service import bench, report
 
-    bench.add_arguments(
-        sub.add_parser("bench", help="measure dyt beside its peers against the copy ceiling (needs CUDA)")
+    bench_parser = sub.add_parser(
+        "bench",
+        help="measure dyt beside its peers against the copy ceiling (needs CUDA)",
+        description="Exit 0 measured and written; 1 with --compare on a regression; 2 on bad arguments or "
+        "no CUDA; 3 stopped early (SIGTERM, Ctrl-C, --time-limit), the rows finished written; 74 when the "
+        "perf JSON cannot be written (full disk, read-only), the rows saved in the temporary folder the "
+        "message names.",
     )
-    report.add_arguments(
-        sub.add_parser("report", help="turn a reports folder into summary.md/.html and plots")
+    bench.add_arguments(bench_parser)
+    report_parser = sub.add_parser(
+        "report",
+        help="turn a reports folder into summary.md/.html and plots",
+        description="Exit 0 with summary.md's path; 2 without the report extra; 74 when the folder cannot "
+        "be written (full disk, read-only), the files there untouched. Unreadable inputs (truncated JUnit, "
+        "perf JSON or env.json) are named in the summary, not fatal.",
     )
+    report.add_arguments(report_parser)
 
     gate = sub.add_parser(
         "gate",
         help="compare a perf JSON with a baseline (file-only, no GPU)",
         description="Exit 1 when a dyt row's ratio to ceiling drops more than --margin below the baseline; "
-        "2 on unreadable input; 3 with --strict when the GPU models differ or no rows match.",
+        "2 on unreadable input (missing, empty, truncated or corrupt: one line names the file); 3 with "
+        "--strict when the GPU models differ or no rows match.",
     )
     gate.add_argument("current", help="perf JSON of this run")
     gate.add_argument("baseline", help="perf JSON of the baseline (same GPU model)")

@@ -155,9 +155,11 @@ def collect_env(seeds: dict | None = None) -> dict[str, Any]:
 
 
 def write_env(path: str | os.PathLike, seeds: dict | None = None) -> dict[str, Any]:
-    """collect_env() written to path as JSON (parent folders created); returns what was written."""
+    """collect_env() written to path as JSON (parent folders created), whole or not at all
+    (files.write_atomic: two sessions sharing a reports/ folder never leave a mix of their manifests);
+    returns what was written."""
+    from dyt.service.files import write_atomic
+
     env = collect_env(seeds)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(env, indent=2, sort_keys=True) + "\n")
     return env

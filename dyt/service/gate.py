@@ -176,12 +176,20 @@ def gate(current: dict, baseline: dict, margin: float = 0.05, strict: bool = Fal
 
 def gate_files(current: str | Path, baseline: str | Path, margin: float = 0.05, strict: bool = False,
                model_margin: float = MODEL_MARGIN) -> int:  # fmt: skip
-    """gate() on two files, printed; the exit status."""
-    try:
-        cur, base = load_perf(current), load_perf(baseline)
-    except (OSError, ValueError) as exc:
-        print(f"gate: {exc}", file=sys.stderr)
-        return GATE_USAGE
+    """gate() on two files, printed; the exit status. A file that cannot be read, or is not a whole perf
+    report (empty, truncated, corrupt: records.load_perf), is one line naming it and which of the two it
+    is, and GATE_USAGE: the gate never passes on a baseline it could not read."""
+    loaded = []
+    for role, path in (("current", current), ("baseline", baseline)):
+        try:
+            loaded.append(load_perf(path))
+        except OSError as exc:
+            print(f"gate: {role} {path}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+            return GATE_USAGE
+        except ValueError as exc:
+            print(f"gate: {role} {exc}", file=sys.stderr)
+            return GATE_USAGE
+    cur, base = loaded
     result = gate(cur, base, margin=margin, strict=strict, model_margin=model_margin)
     for line in result.lines:
         print(line, file=sys.stderr if result.code else sys.stdout)

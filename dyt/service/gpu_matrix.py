@@ -9,7 +9,16 @@ stealing, and a crashed worker is restarted with its test reported failed. The w
 test by test (gpu_share): a test marked whole_gpu (memory-heavy) holds its GPU alone, every other test
 shares it and may allocate at most SHARED_TEST_GIB. pytest-timeout (thread method) turns a hung kernel into
 one failed test. A time limit's SIGTERM stops the run with its JUnit XML written for the tests that
-finished (interrupt_on_sigterm).
+finished (interrupt_on_sigterm). The JUnit XML is written whole or not at all (dyt.service.junit_atomic).
+
+Exit status: pytest's (0 passed, 1 tests failed, 2 interrupted, e.g. by SIGTERM, with the JUnit XML of the
+tests that finished, 3 internal error, 4 usage error, 5 no tests collected), or, each with one line on
+stderr:
+  2   the run did not start: no GPU visible (CUDA_VISIBLE_DEVICES empty, no driver), or a bad
+      DYT_WORKERS_PER_GPU
+  74  files.WRITE_FAILED: reports/ cannot be written (full disk, read-only, no permission), found before
+      any test runs; or the JUnit XML could not be written at the end (saved in the temporary folder
+      instead where it can be, an earlier file left as it was)
 
 Invariant: every variable that session_env sets for the run is listed in SESSION_VARIABLES, so that
 outside_session gives a child run (a test that starts its own pytest) an environment free of this run's
@@ -27,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
+
+from dyt.service.files import WRITE_FAILED, check_writable, write_error
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -180,10 +191,12 @@ def interrupt_on_sigterm(environ=os.environ) -> bool:
 def pytest_command(
     workers: int, junit: str | None, session: str, timeout_s: str, args: list[str]
 ) -> list[str]:
-    """workers xdist workers, work stealing, crashed workers restarted (their test reported failed), and a
-    thread-method timeout so a hung kernel fails one test instead of the run."""
+    """workers xdist workers, work stealing, crashed workers restarted (their test reported failed), a
+    thread-method timeout so a hung kernel fails one test instead of the run, and the JUnit XML written
+    whole or not at all (dyt.service.junit_atomic)."""
     return [
-        sys.executable, "-m", "pytest", "-p", "xdist", "-n", str(workers), "--dist", "worksteal",
+        sys.executable, "-m", "pytest", "-p", "xdist", "-p", "dyt.service.junit_atomic",
+        "-n", str(workers), "--dist", "worksteal",
         "--max-worker-restart", str(4 * workers), "-o", f"junit_suite_name={session}",
         "--timeout", timeout_s, "--timeout-method", "thread",
         *([f"--junitxml={junit}"] if junit else []), *args,
@@ -208,7 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     env = session_env(gpus, reports, locks.name)
     session = env["DYT_SESSION"]
     junit = None if any(a.startswith("--junitxml") for a in args) else f"{reports}/junit/{session}.xml"
-    (reports / "junit").mkdir(parents=True, exist_ok=True)
+    try:  # before hours of tests, not after: a full or read-only reports/ would lose every result
+        check_writable(reports / "junit")
+    except OSError as exc:
+        print(f"{write_error('gpu_tests', reports / 'junit', exc)}; no test was run", file=sys.stderr)
+        return WRITE_FAILED
     workers = per_gpu * len(gpus)
     cmd = pytest_command(workers, junit, session, env.get("DYT_TEST_TIMEOUT", "900"), args)
     print(f"gpu_tests: {len(gpus)} GPU(s) {gpus}, {per_gpu} xdist worker(s) each (DYT_WORKERS_PER_GPU "

@@ -30,7 +30,9 @@ with its median and spread. A round is one step of each variant by default (`--s
 
 A failing variant is a row with its error, never a crash. SIGTERM, Ctrl-C or --time-limit stop the run and
 keep the rows finished (a case stopped mid-way keeps its complete rounds). Rows go into the perf JSON of
-the run (reports/perf/<gpu>-<sha7>.json) as `model_records`, beside the kernel bench's `records`.
+the run (reports/perf/<gpu>-<sha7>.json) as `model_records`, beside the kernel bench's `records`, whole or
+not at all; where that folder cannot be written, the rows go to a file in the temporary folder that the
+one-line message names (exit codes: dyt.service.run_control).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dyt.service.files import locked, unwritten, write_atomic
 from dyt.service.gate import gate_files
 from dyt.service.records import json_safe, load_perf, perf_path
 from dyt.service.run_control import STOPPED, BenchStopped, error_text, progress, stop_on_signal
@@ -673,20 +676,22 @@ def run_all(cases: list[Case], variants: list[str], modes: list[str], device, cl
 
 def write_rows(path: Path, env: dict, rows: list[dict], config: dict, incomplete: dict | None) -> dict:
     """The model rows into the run's perf JSON: beside the kernel rows of the same commit when that file
-    exists (its env block kept), else in a new file with no kernel rows. Returns what it wrote."""
-    data: dict[str, Any] = {"env": env, "records": []}
-    if path.exists():
-        try:
-            data = load_perf(path)
-        except (OSError, ValueError):
-            pass
-    data["model_records"] = rows
-    data["model_config"] = config
-    data.pop("model_incomplete", None)
-    if incomplete:
-        data["model_incomplete"] = incomplete
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(json_safe(data), indent=1) + "\n")
+    exists (its env block kept), else in a new file with no kernel rows. Returns what it wrote. Read and
+    written back under files.locked (a kernel bench of the same commit writing at the same time keeps its
+    rows) and whole or not at all (files.write_atomic); an OSError propagates with the old file intact."""
+    with locked(path):
+        data: dict[str, Any] = {"env": env, "records": []}
+        if path.exists():
+            try:
+                data = load_perf(path)
+            except (OSError, ValueError):
+                pass
+        data["model_records"] = rows
+        data["model_config"] = config
+        data.pop("model_incomplete", None)
+        if incomplete:
+            data["model_incomplete"] = incomplete
+        write_atomic(path, json.dumps(json_safe(data), indent=1) + "\n")
     return data
 
 
@@ -758,7 +763,13 @@ def main(args: argparse.Namespace) -> int:
     planned = sum(len(modes) * sum(VARIANTS[v].compiled == c.compiled for v in variants) for c in cases)
     incomplete = {"rows": len(rows), "of": planned, "stopped_by": stopped[0]} if stopped else None
     path = perf_path(Path(args.out), env)
-    write_rows(path, env, rows, config, incomplete)
+    try:
+        write_rows(path, env, rows, config, incomplete)
+    except OSError as exc:  # a full disk, a read-only reports/: the rows go elsewhere, not nowhere
+        own = {"env": env, "records": [], "model_records": rows, "model_config": config,
+               **({"model_incomplete": incomplete} if incomplete else {})}  # fmt: skip
+        return unwritten("bench", path, exc, json.dumps(json_safe(own), indent=1) + "\n",
+                         f"the {len(rows)} model rows measured")  # fmt: skip
     bad = sum(1 for r in rows if r["error"])
     skipped = sum(1 for r in rows if r["skipped"])
     print(f"wrote {path} ({len(rows)} model rows, {bad} with errors, {skipped} skipped)")

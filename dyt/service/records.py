@@ -39,11 +39,34 @@ def perf_path(out_dir: Path, env: dict) -> Path:
     return Path(out_dir) / f"{gpu_slug(env.get('gpu_name'))}-{sha}.json"
 
 
+# The fields the gate and the report read from every row without checking: a row without them is corrupt.
+RECORD_FIELDS = ("provider", "M", "N", "dtype", "mode")
+MODEL_RECORD_FIELDS = ("model", "batch", "mode", "variant")
+
+
 def load_perf(path: str | Path) -> dict:
-    """A perf JSON (our format); raises ValueError naming the file when it is not one."""
-    data = json.loads(Path(path).read_text())
+    """A perf JSON (our format); raises ValueError naming the file and what is wrong when it is not one:
+    empty, truncated or not JSON, not an object with a 'records' list, or a row that is not an object
+    with the fields every reader takes from it (RECORD_FIELDS, MODEL_RECORD_FIELDS)."""
+    text = Path(path).read_text(errors="replace")
+    if not text.strip():
+        raise ValueError(f"{path}: empty file (a write that never finished?)")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{path}: truncated or corrupt JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("records"), list):
         raise ValueError(f"{path}: not a perf report (expected an object with a 'records' list)")
+    if not isinstance(data.get("env", {}), dict):
+        raise ValueError(f"{path}: corrupt perf report ('env' is not an object)")
+    for key, fields in (("records", RECORD_FIELDS), ("model_records", MODEL_RECORD_FIELDS)):
+        rows = data.get(key) or []
+        if not isinstance(rows, list):
+            raise ValueError(f"{path}: corrupt perf report ({key!r} is not a list)")
+        for i, rec in enumerate(rows):
+            missing = [f for f in fields if f not in rec] if isinstance(rec, dict) else list(fields)
+            if missing:
+                raise ValueError(f"{path}: corrupt perf report ({key}[{i}] lacks {', '.join(missing)})")
     return data
 
 

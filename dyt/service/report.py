@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dyt.service.bench import BANDWIDTH_ELEMENTS, SMALL_SHAPES
+from dyt.service.files import WRITE_FAILED, write_atomic, write_error
 from dyt.service.gate import gate
 from dyt.service.records import baseline_path, load_perf, record_key
 
@@ -120,6 +121,14 @@ def _suite_impl(suite) -> str:
     return "dyt"
 
 
+def _seconds(case) -> float:
+    """A test case's time attribute in seconds; 0 where it is missing or not a number."""
+    try:
+        return float(case.time or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
 def _excerpt(text: str | None, lines: int = 15, chars: int = 2000) -> str:
     tail = "\n".join((text or "").strip().splitlines()[-lines:])
     return tail[-chars:]
@@ -142,17 +151,22 @@ def load_junit(junit_dir: Path) -> JunitData:
             data.unreadable.append(f"{path.name}: {type(exc).__name__}: {exc}")
             continue
         for case, suite_impl in cases:
-            props = _properties(case)
+            try:  # everything read from the case first: a corrupt one is noted, the others still count
+                props = _properties(case)
+                classname, name, results = case.classname or "", case.name or "", list(case.result)
+                seconds = _seconds(case)
+            except Exception as exc:  # noqa: BLE001
+                data.unreadable.append(f"{path.name}: a test case: {type(exc).__name__}: {exc}")
+                continue
             # The shipped checks name their check (dyt.conformance's plugin), wherever they were collected.
-            suite = "conformance" if "check" in props else suite_of(case.classname, case.name)
+            suite = "conformance" if "check" in props else suite_of(classname, name)
             counts = data.counts.setdefault((session, suite), SuiteCounts())
-            counts.time_s += float(case.time or 0.0)
-            results = case.result
+            counts.time_s += seconds
             bad = next((r for r in results if isinstance(r, (JFailure, Error))), None)
             impl = props.get("impl", suite_impl)
             verdict = None
             if suite == "conformance":
-                verdict = data.conformance.setdefault((impl, case.name.split("[")[0]), Verdict())
+                verdict = data.conformance.setdefault((impl, name.split("[")[0]), Verdict())
             own = data.own_suites.setdefault(impl, SuiteCounts()) if verdict is None else None
             if bad is None:
                 skip = next((r for r in results if isinstance(r, Skipped)), None)
@@ -175,7 +189,7 @@ def load_junit(junit_dir: Path) -> JunitData:
                 counts.errors += 1
             else:
                 counts.failed += 1
-            nodeid = nodeid_of(case.classname, case.name)
+            nodeid = nodeid_of(classname, name)
             failure = Failure(
                 session=session,
                 suite=suite,
@@ -199,11 +213,22 @@ def load_junit(junit_dir: Path) -> JunitData:
 # -------------------------------------------------------------------------------------------- perf data
 
 
-def _read_json(path: Path) -> Any:
+def _read_env(path: Path) -> tuple[dict | None, str]:
+    """env.json, and what is wrong with it where it exists but cannot be used (empty, truncated, not an
+    object); (None, "") where there is none."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return None, ""
+    except OSError as exc:
+        return None, f"cannot read: {exc.strerror or exc}"
+    if not text.strip():
+        return None, "empty file"
+    try:
+        env = json.loads(text)
+    except ValueError as exc:
+        return None, f"truncated or corrupt JSON: {exc}"
+    return (env, "") if isinstance(env, dict) else (None, "not a JSON object")
 
 
 def _timestamp(perf: dict, path: Path) -> float:
@@ -214,10 +239,29 @@ def _timestamp(perf: dict, path: Path) -> float:
         return path.stat().st_mtime
 
 
+def _perf_or_none(path: Path) -> dict | None:
+    try:
+        return load_perf(path)
+    except (OSError, ValueError):
+        return None
+
+
+def unreadable_perf(candidates: list[Path]) -> list[str]:
+    """Why each perf file that is not a whole perf report cannot be shown (records.load_perf's words)."""
+    problems = []
+    for path in candidates:
+        try:
+            load_perf(path)
+        except (OSError, ValueError) as exc:
+            problems.append(f"{path.parent.name}/{path.name}: {str(exc).removeprefix(str(path) + ': ')}")
+    return problems
+
+
 def newest_perf(perf_dir: Path) -> tuple[Path | None, dict | None, list[Path]]:
-    """The newest readable perf JSON (by its env timestamp, else mtime), and all candidates."""
+    """The newest perf JSON that is a whole perf report (records.load_perf: a truncated or corrupt one is
+    passed over), by its env timestamp, else mtime; and all candidates."""
     candidates = sorted(perf_dir.glob("*.json"))
-    loaded = [(p, d) for p in candidates if isinstance(d := _read_json(p), dict) and "records" in d]
+    loaded = [(p, d) for p in candidates if (d := _perf_or_none(p)) is not None]
     if not loaded:
         return None, None, candidates
     path, data = max(loaded, key=lambda pd: _timestamp(pd[1], pd[0]))
@@ -291,6 +335,15 @@ def providers_in(records: list[dict]) -> list[str]:
 # ------------------------------------------------------------------------------------------------ plots
 
 
+def _save(fig, path: Path) -> None:
+    """A figure as PNG into path, whole or not at all (files.write_atomic)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    write_atomic(path, buf.getvalue())
+
+
 def make_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
     """Bandwidth against width (one per dtype x mode, ceiling drawn) and small-shape latency bars."""
     if not perf or not perf.get("records"):
@@ -335,7 +388,7 @@ def make_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
         path = plot_dir / f"bandwidth-{_short(dtype)}{'' if pdt == dtype else '-p' + _short(pdt)}-{mode}.png"
-        fig.savefig(path, dpi=110)
+        _save(fig, path)
         plt.close(fig)
         written.append(path)
 
@@ -368,7 +421,7 @@ def make_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
         fig.suptitle(source)
         fig.tight_layout()
         path = plot_dir / f"small-latency-{_short(dtype)}{'' if pdt == dtype else '-p' + _short(pdt)}.png"
-        fig.savefig(path, dpi=110)
+        _save(fig, path)
         plt.close(fig)
         written.append(path)
     return written
@@ -433,7 +486,7 @@ def make_model_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
         ax.legend(fontsize=8, ncol=3)
     fig.tight_layout()
     path = plot_dir / "models-step-time.png"
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     written.append(path)
 
@@ -471,7 +524,7 @@ def make_model_plots(perf: dict | None, plot_dir: Path) -> list[Path]:
         ax.legend(fontsize=8)
         fig.tight_layout()
         path = plot_dir / "models-speedup.png"
-        fig.savefig(path, dpi=110)
+        _save(fig, path)
         plt.close(fig)
         written.append(path)
     return written
@@ -693,8 +746,10 @@ def failures_section(junit: JunitData, notes: list[tuple[Path, str]]) -> list[st
     return out
 
 
-def env_section(env: dict | None) -> list[str]:
+def env_section(env: dict | None, problem: str = "") -> list[str]:
     out = ["## Environment", ""]
+    if problem:
+        return out + [f"env.json unreadable ({problem}): the environment of this run is unknown", ""]
     if not env:
         return out + ["no environment manifest (env.json not found)", ""]
     rows = []
@@ -707,8 +762,9 @@ def env_section(env: dict | None) -> list[str]:
 def perf_section(path: Path | None, perf: dict | None, others: list[Path], plots: list[Path], base: Path):
     out = ["## Performance", ""]
     if perf is None:
-        found = f" ({len(others)} unreadable files)" if others else ""
-        return out + [f"no perf data (perf/*.json not found{found})", ""]
+        if others:
+            return out + ["no readable perf data; unreadable: " + "; ".join(unreadable_perf(others)), ""]
+        return out + ["no perf data (perf/*.json not found)", ""]
     env = perf.get("env") or {}
     records = perf.get("records") or []
     ceiling = _num(perf.get("ceiling_gbps"))
@@ -740,6 +796,7 @@ def perf_section(path: Path | None, perf: dict | None, others: list[Path], plots
         )
     if len(others) > 1:
         out.append(f"({len(others)} perf files in perf/; the newest is shown.)")
+        out += [f"Unreadable perf file {problem}." for problem in unreadable_perf(others)]
     out.append("")
     if not records:
         return out + ["the perf file holds no records", ""]
@@ -1047,7 +1104,7 @@ def compose(reports: Path) -> tuple[str, list[Path]]:
             continue
         if re.search(r"^## ", text, re.M):  # a session without failures writes only its header
             notes.append((path, text))
-    env = _read_json(reports / "env.json")
+    env, env_problem = _read_env(reports / "env.json")
     perf_path, perf, perf_files = newest_perf(reports / "perf")
     plots = make_plots(perf, reports / "plots")
     model_plots = make_model_plots(perf, reports / "plots")
@@ -1066,7 +1123,7 @@ def compose(reports: Path) -> tuple[str, list[Path]]:
         lines += conformance_section(junit)
         lines += verdict_note(verdicts, reports)
     lines += failures_section(junit, notes)
-    lines += env_section(env if isinstance(env, dict) else None)
+    lines += env_section(env, env_problem)
     if committed_perf:
         for baseline in committed_perf:
             plot_dir = reports / "plots" / f"baseline-{baseline.path.stem}"
@@ -1125,16 +1182,18 @@ img {{ max-width: 100%; }}
 
 
 def render(reports: str | Path) -> Path:
-    """Writes summary.md, summary.html and plots/ into the reports folder; returns summary.md's path."""
+    """Writes summary.md, summary.html and plots/ into the reports folder; returns summary.md's path.
+    Each file is written whole or not at all (files.write_atomic): where the folder refuses a write (full
+    disk, read-only) the OSError propagates and the summary of an earlier render is left as it was."""
     import markdown
 
     reports = Path(reports)
     reports.mkdir(parents=True, exist_ok=True)
     text, _ = compose(reports)
     md_path = reports / "summary.md"
-    md_path.write_text(text)
     body = markdown.markdown(text, extensions=["tables", "fenced_code"])
-    (reports / "summary.html").write_text(_HTML.format(body=body))
+    write_atomic(md_path, text)
+    write_atomic(reports / "summary.html", _HTML.format(body=body))
     return md_path
 
 
@@ -1143,7 +1202,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    path = render(args.reports)
+    """`python -m dyt report`: 0 with summary.md's path printed; files.WRITE_FAILED (74) with one line where
+    the folder cannot be written (full disk, read-only, no permission), the files already there untouched
+    (the result files are only read)."""
+    try:
+        path = render(args.reports)
+    except OSError as exc:
+        print(write_error("report", args.reports, exc), file=sys.stderr)
+        return WRITE_FAILED
     print(path)
     return 0
 

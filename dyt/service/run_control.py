@@ -3,6 +3,15 @@ while they run: stopping early with the rows measured so far, one line for a fai
 
 A stop is BenchStopped, raised by SIGTERM (stop_on_signal; `timeout` running out) or by a time limit; a
 benchmark that stops writes what it measured and exits with STOPPED, which ci/entry.sh reads.
+
+Exit status of `python -m dyt bench` (both suites), each but 0 with one line on stderr saying why:
+  0   measured and written (and, with --compare, no regression)
+  1   --compare: a dyt row or ratio regressed (the gate's lines)
+  2   nothing measured: bad arguments, or no CUDA device for a CUDA run
+  3   STOPPED: SIGTERM, Ctrl-C or --time-limit; the rows finished are written, marked incomplete
+      (with --compare, the gate's 3 also means the GPU models differ or no rows match under --strict)
+  74  files.WRITE_FAILED: the perf JSON could not be written (full disk, read-only or unwritable folder);
+      the old file is left whole and the rows measured are saved in the temporary folder the line names
 """
 
 from __future__ import annotations
