@@ -228,15 +228,17 @@ def tests(session: nox.Session) -> None:
     workers = os.environ.get("DYT_CPU_WORKERS", "auto")
     env = {"TRITON_INTERPRET": "1", "DYT_SESSION": "tests", "DYT_REPORTS": str(REPORTS)}
     env["DYT_REQUIRE_NATIVE"] = _require_native(session, need_ninja=False)  # ninja: the triton extra
+    atomic = ["-p", "dyt.service.junit_atomic"]  # the JUnit XML whole or not at all, as the GPU matrix's
     session.run(
-        "python", *_pytest_args("tests", ["-n", workers, "--dist", "worksteal", *session.posargs]), env=env
+        "python", *_pytest_args("tests", [*atomic, "-n", workers, "--dist", "worksteal", *session.posargs]),
+        env=env,
     )
     if not session.posargs:
         # The paper's eager module through the same conformance checks: a verdict for the report, not a
         # condition of this session (pytest's exit 1, failed tests, passes; anything else does not). Its
         # run is silent (its failures are that module's verdict, not this session's: nox prints the run
         # only where it errs); the verdict table beside dyt's follows, from the JUnit files.
-        args = ["-n", workers, "-q", "--tb=line", "tests/test_conformance.py", "--impl", "eager"]
+        args = [*atomic, "-n", workers, "-q", "--tb=line", "tests/test_conformance.py", "--impl", "eager"]
         session.run("python", *_pytest_args("tests", args), env=env, success_codes=[0, 1], silent=True)
         session.run("python", "-c", VERDICT_TABLE, str(REPORTS / "junit"), "eager")
 

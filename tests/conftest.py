@@ -291,4 +291,6 @@ def pytest_sessionfinish(session, exitstatus):
             "```",
             "",
         ]
-    path.write_text("\n".join(lines) + "\n")
+    from dyt.service.files import write_atomic
+
+    write_atomic(path, "\n".join(lines) + "\n")  # whole or not at all, as the JUnit XML

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 import re
 import shutil
-import tempfile
 from collections.abc import Iterable
+
+from dyt.service.files import write_atomic
 
 VERDICT_FILE = "verdict.json"
 
@@ -83,18 +83,6 @@ def from_reports(reports: Iterable, impl: str) -> list[CaseResult]:
             continue  # the first failure of a case stands
         cases[name] = CaseResult(name, props["check"], outcome, _message(report), props.get("reproduce", ""))
     return sorted(cases.values(), key=lambda c: c.name)
-
-
-def _atomic_write(path: pathlib.Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _order(checks: Iterable[str]) -> list[str]:
@@ -214,14 +202,14 @@ def write(folder, impl, seed: str, results: list[CaseResult]) -> pathlib.Path:
         capabilities[capability] = {"supported": s.supported, "how": s.how}
     data = {"impl": impl.name, "seed": seed, "env": env, "capabilities": capabilities,
             "results": [dataclasses.asdict(r) for r in results]}  # fmt: skip
-    _atomic_write(
+    write_atomic(
         folder / "env.json", json.dumps({**env, "impl": impl.name}, indent=2, sort_keys=True) + "\n"
     )
     text = markdown(data)
-    _atomic_write(folder / "verdict.md", text)
-    _atomic_write(folder / "verdict.html", html(text, f"DyT conformance: {impl.name}"))
-    _atomic_write(folder / "failures.md", failures_markdown(data))
-    _atomic_write(folder / VERDICT_FILE, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_atomic(folder / "verdict.md", text)
+    write_atomic(folder / "verdict.html", html(text, f"DyT conformance: {impl.name}"))
+    write_atomic(folder / "failures.md", failures_markdown(data))
+    write_atomic(folder / VERDICT_FILE, json.dumps(data, indent=2, sort_keys=True) + "\n")
     return folder / VERDICT_FILE
 
 
@@ -284,8 +272,8 @@ def merge(folders: Iterable, out) -> pathlib.Path:
                 shutil.copytree(where, target, dirs_exist_ok=True)
         lines += gpu_section(gpu, gpu_runs)
     text = "\n".join(lines)
-    _atomic_write(out / "summary.md", text)
-    _atomic_write(out / "summary.html", html(text, "DyT conformance"))
+    write_atomic(out / "summary.md", text)
+    write_atomic(out / "summary.html", html(text, "DyT conformance"))
     return out / "summary.md"
 
 
@@ -299,9 +287,9 @@ def publish(runs: list[tuple[pathlib.Path, dict]], out) -> list[pathlib.Path]:
         folder = out / _slug(gpu)
         shutil.rmtree(folder, ignore_errors=True)
         for where, data in gpu_runs:
-            _atomic_write(folder / "junit" / f"{_slug(data['impl'])}.xml", (where / "junit.xml").read_text())
+            write_atomic(folder / "junit" / f"{_slug(data['impl'])}.xml", (where / "junit.xml").read_text())
         text = "\n".join(["# DyT conformance", "", "Written by `python -m dyt conformance publish`.", "",
                           *gpu_section(gpu, gpu_runs)])  # fmt: skip
-        _atomic_write(folder / "summary.md", text)
+        write_atomic(folder / "summary.md", text)
         written.append(folder / "summary.md")
     return written
