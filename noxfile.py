@@ -230,7 +230,8 @@ def tests(session: nox.Session) -> None:
     env["DYT_REQUIRE_NATIVE"] = _require_native(session, need_ninja=False)  # ninja: the triton extra
     atomic = ["-p", "dyt.service.junit_atomic"]  # the JUnit XML whole or not at all, as the GPU matrix's
     session.run(
-        "python", *_pytest_args("tests", [*atomic, "-n", workers, "--dist", "worksteal", *session.posargs]),
+        "python",
+        *_pytest_args("tests", [*atomic, "-n", workers, "--dist", "worksteal", *session.posargs]),
         env=env,
     )
     if not session.posargs:

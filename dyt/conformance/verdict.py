@@ -202,9 +202,7 @@ def write(folder, impl, seed: str, results: list[CaseResult]) -> pathlib.Path:
         capabilities[capability] = {"supported": s.supported, "how": s.how}
     data = {"impl": impl.name, "seed": seed, "env": env, "capabilities": capabilities,
             "results": [dataclasses.asdict(r) for r in results]}  # fmt: skip
-    write_atomic(
-        folder / "env.json", json.dumps({**env, "impl": impl.name}, indent=2, sort_keys=True) + "\n"
-    )
+    write_atomic(folder / "env.json", json.dumps({**env, "impl": impl.name}, indent=2, sort_keys=True) + "\n")
     text = markdown(data)
     write_atomic(folder / "verdict.md", text)
     write_atomic(folder / "verdict.html", html(text, f"DyT conformance: {impl.name}"))
