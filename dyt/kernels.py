@@ -55,6 +55,21 @@ def _exp2(x, APPROX: tl.constexpr):
 
 
 @triton.jit
+def _f32(v, APPROX: tl.constexpr):
+    """v (a loaded x, dy or parameter) in float32. On the GPU (APPROX) the plain conversion, exact for every
+    storage dtype. Triton's interpreter (APPROX=False) widens bfloat16 wrongly where it is subnormal (its
+    _convert_float: 3 * 2^-133 comes back as 2^-127, 2^-129 as 0; Triton 3.9), so there a bfloat16's 16 bits
+    become the high half of the float32's, which is exactly what the conversion is."""
+    if APPROX:
+        r = v.to(tl.float32)
+    elif v.dtype == tl.bfloat16:
+        r = (v.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+    else:
+        r = v.to(tl.float32)
+    return r
+
+
+@triton.jit
 def _tanh_poly(z):
     """Minimax fit of tanh(z) = z + z^3 * P(z^2) on [0, 0.6]; 1.2 float32 ulps there."""
     s = z * z
@@ -250,16 +265,16 @@ def dyt_fwd_kernel(
     # Every load first, each converted to float32 where it is used: this order keeps the register count
     # the same at every column-block count (docs/kernels.md, "Forward").
     index = _param_index(cols, GAMMA_PERIOD, GAMMA_SPAN)
-    alpha = tl.load(ALPHA).to(tl.float32)
+    alpha = _f32(tl.load(ALPHA), APPROX)
     gamma = tl.load(GAMMA + index, mask=col_ok, other=0.0)
     if HAS_BETA:
         beta = tl.load(BETA + index, mask=col_ok, other=0.0)
     x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
 
-    t = _tanh(alpha * x.to(tl.float32), TANH, APPROX, SIGN_SELECT, POLY_TERMS)
-    y = gamma.to(tl.float32)[None, :] * t
+    t = _tanh(alpha * _f32(x, APPROX), TANH, APPROX, SIGN_SELECT, POLY_TERMS)
+    y = _f32(gamma, APPROX)[None, :] * t
     if HAS_BETA:
-        y = y + beta.to(tl.float32)[None, :]
+        y = y + _f32(beta, APPROX)[None, :]
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -281,15 +296,15 @@ def _bwd_tile(
     dy_ptrs = DY + rows[:, None] * stride_dym + cols[None, :]
     dx_ptrs = DX + rows[:, None] * stride_dxm + cols[None, :]
     if MASKED:
-        x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptrs, mask=mask, other=0.0).to(tl.float32)
+        x = _f32(tl.load(x_ptrs, mask=mask, other=0.0), APPROX)
+        dy = _f32(tl.load(dy_ptrs, mask=mask, other=0.0), APPROX)
         z = tl.where(mask, alpha * x, 0.0)
         t, sech2 = _tanh_sech2(z, TANH, APPROX, POLY_TERMS)
         dz = tl.where(mask, (dy * gamma[None, :]) * sech2, 0.0)
         tl.store(dx_ptrs, (dz * alpha).to(DX.dtype.element_ty), mask=mask)
     else:
-        x = tl.load(x_ptrs).to(tl.float32)
-        dy = tl.load(dy_ptrs).to(tl.float32)
+        x = _f32(tl.load(x_ptrs), APPROX)
+        dy = _f32(tl.load(dy_ptrs), APPROX)
         t, sech2 = _tanh_sech2(alpha * x, TANH, APPROX, POLY_TERMS)
         dz = (dy * gamma[None, :]) * sech2
         tl.store(dx_ptrs, (dz * alpha).to(DX.dtype.element_ty))
@@ -375,9 +390,9 @@ def dyt_bwd_kernel(
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
 
-    alpha = tl.load(ALPHA).to(tl.float32)
+    alpha = _f32(tl.load(ALPHA), APPROX)
     index = _param_index(cols, GAMMA_PERIOD, GAMMA_SPAN)
-    gamma = tl.load(GAMMA + index, mask=col_ok, other=0.0).to(tl.float32)
+    gamma = _f32(tl.load(GAMMA + index, mask=col_ok, other=0.0), APPROX)
     # Rows past this program's tiles are masked like rows past M; n_whole counts its tiles that hold
     # BLOCK_M whole rows below row_end. RAGGED folded rows: the last row ends early.
     m_whole = M

@@ -17,7 +17,7 @@ _POLY_LIMIT = POLY_LIMITS[5]  # the kernels' switch point between the two sech^2
 
 
 def _tanh_sech2(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """tanh(z) and sech^2(z): 1 - tanh^2 near 0, _sech2's exp(-2|z|) form past _POLY_LIMIT (no cancellation,
+    """tanh(z) and sech^2(z): 1 - tanh^2 near 0, _sech2's exp(-|z|) form past _POLY_LIMIT (no cancellation,
     and float32's subnormals past |z| = 44.4, where exp(2|z|) overflows)."""
     t = torch.tanh(z)
     return t, torch.where(z.abs() < _POLY_LIMIT, 1.0 - t * t, _sech2(z))
@@ -31,10 +31,15 @@ def _channel_view(p: torch.Tensor, x: torch.Tensor, channels_first: bool) -> tor
 
 
 def _sech2(z: torch.Tensor) -> torch.Tensor:
-    """sech^2 = 4h / (1 + h)^2 with h = exp(-2|z|): accurate at every z (no 1 - tanh^2 cancellation) and,
-    unlike 2 / (exp(2|z|) + 1), finite in its own derivatives where exp(2|z|) overflows."""
-    h = torch.exp(-2.0 * z.abs())
-    return 4.0 * h / (1.0 + h) ** 2
+    """sech^2 = sech * sech with sech = 2h / (1 + h^2), h = exp(-|z|), as the kernels compute it
+    (dyt.kernels._sech_and_q): accurate at every z (no 1 - tanh^2 cancellation), finite in its own
+    derivatives where exp(2|z|) overflows, and one rounding from its value where it is a float32 subnormal
+    (|z| from 44 to 52): h is a normal number until |z| ~ 87. (4h / (1 + h)^2 with h = exp(-2|z|) took a
+    subnormal h from |z| ~ 44 on and scaled it by 4, four times that rounding: dx more than a bfloat16 ulp
+    off where |dy gamma alpha| passes ~2^15, tests/fuzz_regressions.py.)"""
+    h = torch.exp(-z.abs())
+    sech = (2.0 / (1.0 + h * h)) * h
+    return sech * sech
 
 
 def forward(x, alpha, gamma, beta, out_dtype, *, channels_first: bool = False) -> torch.Tensor:
@@ -89,9 +94,13 @@ def differentiable_backward(dy, x, alpha, gamma, beta, *, channels_first: bool =
     z = a * xf
     dz = dyf * g * _sech2(z)
     dbeta_dtype = gamma.dtype if beta is None else beta.dtype
+
+    def per_channel(t):  # a 1-D x is one row: nothing to sum (sum([]) would sum over every dimension)
+        return t.sum(dims) if dims else t
+
     return (
         (dz * a).to(x.dtype),
         (dz * xf).double().sum().reshape(1).to(alpha.dtype),
-        (dyf * torch.tanh(z)).sum(dims).to(gamma.dtype),
-        dyf.sum(dims).to(dbeta_dtype),
+        per_channel(dyf * torch.tanh(z)).to(gamma.dtype),
+        per_channel(dyf).to(dbeta_dtype),
     )
