@@ -22,7 +22,7 @@ CHECK_LOCK = ROOT / "ci" / "requirements-check.txt"
 RELEASE_LOCK = ROOT / "ci" / "requirements-release.txt"
 DIST = ROOT / "dist"
 # The operator's suites and the conformance checks: what the installed wheel must pass on its own. The
-# tooling suites read the checkout (its CI files, docs, tools) and stay with it.
+# tooling suites read the checkout (its CI files, docs, benchmarks) and stay with it.
 OPERATOR_SUITES = ("grid_limit or nan_masking or dtype_contract or reference_equivalence or determinism or "
                    "module or convergence or conformance or mutation or fuzz")  # fmt: skip
 

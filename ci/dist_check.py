@@ -6,7 +6,7 @@
 DIST: exactly one sdist and one wheel, both of the version in ROOT/dyt/__init__.py (the one place it is
 written); the wheel holds every module of the checkout's dyt/, the launch tables and the native
 extension's source, the license (License-Expression MIT and the LICENSE file), and nothing from tests/,
-tools/ or ci/; the sdist holds the same package files, pyproject.toml, README.md and LICENSE.
+benchmarks/ or ci/; the sdist holds the same package files, pyproject.toml, README.md and LICENSE.
 --installed: run from outside the checkout, `import dyt` comes from the installed wheel (not ROOT), its
 tables and native source are files of the installed package, and the distribution's version, dyt.__version__
 and `dyt --version` are the wheel's. Exit 1 with one line per problem; 0 and a summary line when clean.
@@ -52,7 +52,7 @@ def check_dist(dist: pathlib.Path, root: pathlib.Path) -> list[str]:
         meta = email.parser.Parser().parsestr(zf.read(meta_name).decode()) if meta_name else {}
     for missing in sorted(package_files(root) - names):
         problems.append(f"{wheel.name}: {missing} is missing")
-    for stray in sorted(n for n in names if n.split("/")[0] in ("tests", "tools", "ci", "docs")):
+    for stray in sorted(n for n in names if n.split("/")[0] in ("tests", "benchmarks", "ci", "docs")):
         problems.append(f"{wheel.name}: {stray} does not belong in the wheel")
     if meta.get("Version") != version:
         problems.append(f"{wheel.name}: METADATA Version {meta.get('Version')!r}, expected {version!r}")

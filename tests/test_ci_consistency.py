@@ -427,8 +427,8 @@ def test_entry_args_from_workflow_input(entry):
     assert calls[0] == "-m dyt.service.gpu_matrix -m grid_limit -x"
 
 
-def test_cold_start_tool_times_an_empty_and_a_warm_cache(tmp_path):
-    """tools/cold_start.py runs two fresh processes over one Triton cache directory, the first starting
+def test_cold_start_benchmark_times_an_empty_and_a_warm_cache(tmp_path):
+    """benchmarks/cold_start.py runs two fresh processes over one Triton cache directory, the first starting
     empty: the issue's cold-start measurement. With a GPU its children run there; without one, on the CPU
     through the Triton interpreter (the GPU machine's Triton 3.6 interpreter cannot run the backward)."""
     import torch
@@ -436,7 +436,7 @@ def test_cold_start_tool_times_an_empty_and_a_warm_cache(tmp_path):
     out = tmp_path / "cold.json"
     on_gpu = torch.cuda.is_available()
     env = dict(os.environ) if on_gpu else {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    cmd = [sys.executable, str(ROOT / "tools" / "cold_start.py"), "--shape", "40x64", "--dtype", "fp32",
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "cold_start.py"), "--shape", "40x64", "--dtype", "fp32",
            "--out", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

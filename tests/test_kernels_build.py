@@ -152,7 +152,7 @@ def _bwd_signature(dt):
 
 
 # Every compile-time constant of each kernel, as the launcher passes them for a plain 4 x 1024 tile: the
-# tests (and tools/sass_stats.py) name only what they vary, so a new constant is added here once.
+# tests name only what they vary, so a new constant is added here once.
 FWD_CONSTEXPRS = {"HAS_BETA": True, "BLOCK_M": 4, "BLOCK_N": 1024, "N_COL_BLOCKS": 1, "INT64": False,
                   "TANH": TANH_METHODS["poly_exp"], "APPROX": True, "GAMMA_PERIOD": 0, "GAMMA_SPAN": 0,
                   "RAGGED": False, "SIGN_SELECT": True, "PDL": True, "POLY_TERMS": 5}  # fmt: skip
@@ -356,7 +356,7 @@ class _FakeKernel:
 
 def test_launches_that_differ_in_a_constant_never_share_a_compiled_kernel(monkeypatch):
     """The compiled-launch cache is keyed by the whole KernelLaunch (grid, arguments, constants), by value:
-    a variant plan (tools/bwd_split.py: with and without PDL) compiles its own kernel, and an equal plan
+    a variant plan (the same launch with and without PDL) compiles its own kernel, and an equal plan
     made afresh finds the one compiled before."""
 
     def fn(X, n, A: int, B: int):  # two tensors' worth of parameters, one scalar, two constants

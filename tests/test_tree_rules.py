@@ -6,6 +6,8 @@
   no words about how the work was organised (numbered work periods, borrowed machines, their time budgets).
 - Operator code states contracts, not measurements: no microsecond figures and no commit SHAs in it.
 - reports/ tracks its README and one current baseline per GPU model, named after that model.
+- The scripts outside the package (benchmarks/, ci/) use dyt's public names only: no `from dyt.x import
+  _name`, no private module (`import dyt._x`), no `<a name bound to dyt>._name`.
 """
 
 from __future__ import annotations
@@ -68,9 +70,8 @@ DIARY = re.compile(
 
 
 def test_the_tree_speaks_of_the_project_only():
-    files = [
-        p for p in _tracked("dyt", "tests", "tools", "ci", "docs", ".github", ".ci") if p.suffix != ".json"
-    ]
+    folders = ("dyt", "tests", "benchmarks", "ci", "docs", ".github", ".ci")
+    files = [p for p in _tracked(*folders) if p.suffix != ".json"]
     files += [
         ROOT / name for name in ("README.md", "noxfile.py", "Dockerfile", "pyproject.toml", "CHANGELOG.md")
     ]
@@ -134,3 +135,96 @@ def test_reports_track_one_baseline_and_one_conformance_verdict_per_gpu_model():
     if tracked and all(p.exists() for p in tracked):  # a copy of the tree may carry a stale index
         allowed = {ROOT / "reports" / "README.md", folder / "README.md", *baselines, *published}
         assert set(tracked) <= allowed, sorted(str(p.relative_to(ROOT)) for p in set(tracked) - allowed)
+
+
+# The scripts that must reach dyt through its public names alone: the benchmarks, a reader's first
+# example of the API, and CI's scripts. Every .py file under these folders, tracked or not.
+PUBLIC_ONLY = ("benchmarks", "ci")
+_ACCESSORS = ("getattr", "setattr", "delattr", "hasattr")
+
+
+def _private(name: str) -> bool:
+    """A leading underscore, dunders (`dyt.__version__`) aside."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _root(node: ast.expr) -> ast.expr:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node
+
+
+def private_uses(source: str, filename: str = "<source>") -> list[str]:
+    """Where source reaches a private name of dyt: a private part of an imported module path (`import
+    dyt._x`, `from dyt.x._y import z`), a private name imported from dyt (`from dyt.ops import _native_op`),
+    an attribute with a private name of any name bound by those imports (`ops._native_op`,
+    `dyt.ops._native_op`, read or assigned), or getattr/setattr/delattr/hasattr of one with a private name
+    as a literal string."""
+    tree = ast.parse(source, filename=filename)
+    bound: set[str] = set()  # the local names that imports from dyt bind
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] != "dyt":
+                    continue
+                if any(map(_private, parts)):
+                    found.append(f"{filename}:{node.lineno}: import {alias.name}")
+                bound.add(alias.asname or "dyt")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            parts = node.module.split(".")
+            if parts[0] != "dyt":
+                continue
+            if any(map(_private, parts)):
+                found.append(f"{filename}:{node.lineno}: from {node.module} import ...")
+            for alias in node.names:
+                if _private(alias.name):
+                    found.append(f"{filename}:{node.lineno}: from {node.module} import {alias.name}")
+                bound.add(alias.asname or alias.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            root = _root(node)
+            if isinstance(root, ast.Name) and root.id in bound:
+                found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _ACCESSORS
+              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+              and isinstance(node.args[1].value, str) and _private(node.args[1].value)):  # fmt: skip
+            root = _root(node.args[0])
+            if isinstance(root, ast.Name) and root.id in bound:
+                found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("source", "caught"),
+    [
+        ("from dyt.ops import _native_op", True),
+        ("from dyt import ops as o\nfrom dyt.ops import dyt, _use_triton as u", True),
+        ("import dyt._private", True),
+        ("from dyt._private import thing", True),
+        ("from dyt import ops\nops._native_op = None", True),
+        ("import dyt\ndyt.ops._native_op(x)", True),
+        ("import dyt.launcher as L\nL._cached_backward.cache_clear()", True),
+        ("from dyt.service import model_bench\nmodel_bench._prepare(b, v, 'cuda', s)", True),
+        ("from dyt import launcher\ngetattr(launcher, '_INTERPRET')", True),
+        ("from dyt import launcher\nsetattr(launcher.FORWARD, '_kernel', None)", True),
+        ("import dyt\nprint(dyt.__version__, dyt.dyt, dyt.DyT)", False),
+        ("from dyt import launcher as L\nwith L.overrides(int64=True): L.forward_plan(x)", False),
+        ("import torch\ntorch._dynamo.config.cache_size_limit = 64", False),
+        ("from dyt import native\nimport os\nos._exit(native.state()[0] == 'loaded')", False),
+    ],
+)
+def test_the_private_name_rule_catches_each_form(source, caught):
+    assert bool(private_uses(source)) == caught, private_uses(source)
+
+
+def test_benchmarks_and_ci_scripts_use_public_names_only():
+    """What a benchmark or a CI script reads of dyt is what a user may: dyt's exports, the service's
+    modules and the documented functions of its modules, never a name with a leading underscore."""
+    scripts = sorted(p for folder in PUBLIC_ONLY for p in (ROOT / folder).rglob("*.py"))
+    assert any(p.parts[-2] == "benchmarks" for p in scripts), "no benchmarks found"
+    offenders = []
+    for path in scripts:
+        offenders += private_uses(path.read_text(), str(path.relative_to(ROOT)))
+    assert not offenders, "private names of dyt used outside the package:\n" + "\n".join(offenders)

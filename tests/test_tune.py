@@ -164,7 +164,7 @@ def test_every_channels_first_candidate_plans_at_its_shapes(mode):
 
 
 def test_channels_first_candidates_have_names_of_their_own():
-    """tools/channels_first_bench.py --sweep keys its variants by these names: none may hide another."""
+    """benchmarks/channels_first_bench.py --sweep keys its variants by these names: none may hide another."""
     for mode in ("fwd", "bwd"):
         names = [tune.candidate_name(c) for c in tune.CF_CANDIDATES[mode]]
         assert len(names) == len(set(names)) and "entry" in names and "committed" not in names

@@ -48,8 +48,8 @@ ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.k
 # Fields a bucket keeps from its current entry: "copies_as_rows" and "folded" matter only where the entry
 # serves folded narrower widths (dyt.planner.BwdPlan, dyt.planner.FOLDED), "fp32_params" only with float32
 # parameters on 16-bit x (dyt.planner.FP32_PARAMS), "channels_first" only on channels-first rows
-# (dyt.planner.CHANNELS_FIRST; tools/channels_first_bench.py --sweep); timing the bucket's own width in one
-# dtype sees none.
+# (dyt.planner.CHANNELS_FIRST; benchmarks/channels_first_bench.py --sweep); timing the bucket's own width
+# in one dtype sees none.
 HAND_SET = ("copies_as_rows", planner.FP32_PARAMS, planner.FOLDED, planner.CHANNELS_FIRST)
 # The backward's candidates leave the polynomial out (`--poly` chooses it at two sizes): a backward retune
 # keeps each bucket's "poly" too.

@@ -1,12 +1,16 @@
-"""What torch's own elementwise kernels reach at the channels-first shapes' bytes, beside dyt's
-channels-first forward and backward: CUDA-graph replays of a copy of x (two tensors' bytes, as dyt's
-forward moves) and of x + dy into a third tensor (three, as dyt's backward), and dyt's row kernels on the
-same bytes as rows of 4096 ("rows": what the shape's width costs), interleaved in three rounds,
-the middle time of each, and the rate against a 1 GiB copy's. At these sizes part of the data stays in
-the L2 cache between replays, so a rate can pass the big copy's. Needs a CUDA GPU.
+"""What torch's own elementwise kernels reach at the channels-first shapes' bytes, beside dyt's kernels there.
 
-    python tools/channels_first_ceiling.py
+    python benchmarks/channels_first_ceiling.py
+
+CUDA-graph replays of a copy of x (two tensors' bytes, as dyt's forward moves) and of x + dy into a third
+tensor (three, as dyt's backward), dyt's channels-first forward and backward (dyt.launcher.forward and
+dyt.launcher.backward with channels_first=True: the kernels alone, no autograd), and dyt's row kernels on
+the same bytes as rows of 4096 ("rows": what the shape's width costs), interleaved in three rounds, the
+middle time of each, and the rate against a 1 GiB copy's. At these sizes part of the data stays in the L2
+cache between replays, so a rate can pass the big copy's. Needs a CUDA GPU.
 """
+
+import argparse
 
 import torch
 from triton.testing import do_bench_cudagraph
@@ -53,6 +57,10 @@ def calls(shape):
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.parse_args()
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU (torch.cuda.is_available() is False)")
     ceiling = copy_rate_gbps()
     print(f"copy of 1 GiB: {ceiling:.0f} GB/s")
     for shape in SHAPES:

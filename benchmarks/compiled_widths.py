@@ -1,11 +1,13 @@
-"""Compiled training of the model benchmark's narrow transformer at several widths: torch.compile of the
-whole model with the eager DyT module against it with dyt, with CUDA graphs (mode="reduce-overhead") by
-default, the variants interleaved in rounds (dyt.service.model_bench). Shows at which widths dyt's
-backward kernels win under Inductor and where Inductor's fusion of the eager module's backward does
-(docs/host-path.md, "Compiled mode"). Needs a CUDA GPU.
+"""Compiled training of the narrow transformer by width: torch.compile with the eager DyT against dyt.
 
-    python tools/compiled_widths.py --widths 64,128,256,384 --rounds 16
-    python tools/compiled_widths.py --widths 128 --no-graphs
+    python benchmarks/compiled_widths.py --widths 64,128,256,384 --rounds 16
+    python benchmarks/compiled_widths.py --widths 128 --no-graphs
+
+torch.compile of the model benchmark's narrow transformer (dyt.service.model_bench) with the paper's eager
+DyT module against it with dyt, with CUDA graphs (mode="reduce-overhead") by default, the variants
+interleaved in rounds. Shows at which widths dyt's backward kernels win under Inductor and where
+Inductor's fusion of the eager module's backward does (docs/host-path.md, "Compiled mode"). Needs a CUDA
+GPU.
 """
 
 import argparse

@@ -1,27 +1,31 @@
-"""Where the host time of one model step goes: the model benchmark's step (dyt.service.model_bench) for a
-few variants, timed on the host, then profiled by torch.profiler (CPU self time per op and call counts per
-step) and by cProfile (Python self time per function). Needs a CUDA GPU; run it alone (other processes on
-the host's CPUs move these numbers by tens of percent).
+"""Where the host time of a model benchmark step goes: the step timed, then profiled per op and function.
 
-    python tools/model_host_profile.py --model vit_s16 --batch 64 --mode train --variants eager,dyt
-    python tools/model_host_profile.py --model narrow --batch 2 --parts --variants norm,dyt,dyt-frozen-alpha
+    python benchmarks/model_host_profile.py --model vit_s16 --batch 64 --mode train --variants eager,dyt
+    python benchmarks/model_host_profile.py --model narrow --batch 2 --parts \
+        --variants norm,dyt,dyt-frozen-alpha
+    python benchmarks/model_host_profile.py --model narrow --batch 8 --kernels \
+        --variants compile_eager,compile_dyt
+
+The model benchmark's models and variants (dyt.service.model_bench, which `python -m dyt bench --suite
+models` runs), one step built as its step is (norms replaced by the variant's module, AdamW, bf16
+autocast), timed on the host, then profiled by torch.profiler (CPU self time per op and call counts per
+step) and, with --python, by cProfile (Python self time per function). Needs a CUDA GPU (--device cpu: a
+smoke test); run it alone (other processes on the host's CPUs move these numbers by tens of percent).
 
 --parts times a training step's parts instead (zero_grad, forward under autocast, backward, the
 optimizer's step), the variants interleaved step by step, and prints the median of each part and each
 variant's median per-step ratio to the first variant's. dyt-frozen-alpha is dyt with every DyT's alpha
-frozen (requires_grad False: no gradient accumulated, no optimizer state), what the third parameter costs;
-packed-dyt-views is PackedDyT calling dyt.dyt on views of its parameter, where packed_dyt calls the native
-packed op.
+frozen (requires_grad False: no gradient accumulated, no optimizer state), what the third parameter costs.
 
 --kernels prints the GPU's side instead: each variant's kernel time per step by kernel name (torch.profiler's
 CUDA activity), compiled variants included (compile_*: the kernels that graphs_* replays, Inductor's and
-dyt's, each launched on its own):
-
-    python tools/model_host_profile.py --model narrow --batch 8 --kernels --variants compile_eager,compile_dyt
+dyt's, each launched on its own).
 """
 
 import argparse
+import copy
 import cProfile
+import dataclasses
 import io
 import pstats
 import statistics
@@ -30,6 +34,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+import dyt
 from dyt.service import model_bench
 
 
@@ -101,11 +106,62 @@ def kernel_table(step, n: int, top: int) -> str:
 
 PARTS = ("zero_grad", "forward", "backward", "optimizer")
 FROZEN_ALPHA = "dyt-frozen-alpha"
-PACKED_VIEWS = "packed-dyt-views"
 
 
-def timed_parts(spec, prep, data, device: str) -> list[float]:
-    """One training step from an idle GPU, the calls of model_bench._step_fn's: host ms of each of PARTS."""
+@dataclasses.dataclass
+class Prepared:
+    """One variant of the model, ready to step: the model, what runs it (compiled or not), its optimizer."""
+
+    name: str
+    model: torch.nn.Module
+    runner: object
+    opt: torch.optim.Optimizer
+    replaced: dict[str, int]
+    graphs: bool
+
+
+def prepare(base, name: str, device: str, settings) -> Prepared:
+    """model_bench's variant `name` of a copy of base, or dyt with its alphas frozen (FROZEN_ALPHA): the
+    norms replaced (model_bench.replace_norms), compiled where the variant is, and an AdamW as the model
+    benchmark's step uses."""
+    variant = model_bench.VARIANTS["dyt" if name == FROZEN_ALPHA else name]
+    model = copy.deepcopy(base)
+    replaced = model_bench.replace_norms(model, variant.make) if variant.make is not None else {}
+    model.to(device)
+    if name == FROZEN_ALPHA:
+        for module in model.modules():
+            if isinstance(module, dyt.DyT):
+                module.alpha.requires_grad_(False)
+    runner = model
+    if variant.compiled:
+        runner = torch.compile(model, mode="reduce-overhead" if variant.graphs else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=settings.lr)
+    return Prepared(name, model, runner, opt, replaced, variant.graphs)
+
+
+def step_fn(spec, prep: Prepared, mode: str, data: dict, device: str):
+    """One training step (zero_grad, forward under bf16 autocast, backward, the optimizer's step) or one
+    inference step (inference_mode), as the model benchmark times them."""
+    autocast = getattr(torch, model_bench.AUTOCAST)
+
+    def step():
+        if prep.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        if mode == "train":
+            prep.opt.zero_grad(set_to_none=True)
+            with torch.autocast(device, dtype=autocast):
+                loss = spec.loss(prep.runner, data)
+            loss.backward()
+            prep.opt.step()
+        else:
+            with torch.inference_mode(), torch.autocast(device, dtype=autocast):
+                spec.forward(prep.runner, data)
+
+    return step
+
+
+def timed_parts(spec, prep: Prepared, data, device: str) -> list[float]:
+    """One training step from an idle GPU, step_fn's calls: host ms of each of PARTS."""
     _sync()
     marks = [time.perf_counter()]
     prep.opt.zero_grad(set_to_none=True)
@@ -141,29 +197,6 @@ def parts_table(spec, preps: dict, data, device: str, steps: int) -> str:
         lines.append(f"  {name:18s} " + " ".join(f"{c:9.3f}" for c in cells)
                      + f" {statistics.median(whole):9.3f} {ratio:6.3f}")  # fmt: skip
     return "\n".join(lines)
-
-
-def prepare(base, name: str, device: str, settings):
-    """model_bench's variant, dyt with its alphas frozen (FROZEN_ALPHA), or PackedDyT calling dyt.dyt on
-    views of its one parameter (PACKED_VIEWS)."""
-    import dyt
-
-    own = {FROZEN_ALPHA: "dyt", PACKED_VIEWS: "packed_dyt"}
-    variant = model_bench.VARIANTS[own.get(name, name)]
-    prep = model_bench._prepare(base, variant, device, settings)
-    for module in prep.model.modules():
-        if name == FROZEN_ALPHA and isinstance(module, dyt.DyT):
-            module.alpha.requires_grad_(False)
-        if name == PACKED_VIEWS and isinstance(module, dyt.PackedDyT):
-            module.forward = _views_forward(module)
-    return prep
-
-
-def _views_forward(module):
-    from dyt import ops
-
-    entry = ops.dyt if module.channels_last else ops.dyt_channels_first
-    return lambda x: entry(x, *ops.split_params(module.params, module.has_bias))
 
 
 def main() -> None:
@@ -203,7 +236,7 @@ def main() -> None:
     steps = {}
     for name in variants:
         prep = prepare(base, name, args.device, settings)
-        steps[name] = (model_bench._step_fn(spec, prep, args.mode, data, args.device), prep.replaced)
+        steps[name] = (step_fn(spec, prep, args.mode, data, args.device), prep.replaced)
         for _ in range(5):
             steps[name][0]()
     _sync()

@@ -1,20 +1,20 @@
-"""Host time per norm layer in a chain of norm layers, the way a model's step calls them: one forward
-through all layers, then one backward into gradients set to None (training), or the forward under
-no_grad (inference). Interleaved
-rounds within one process; variants: LayerNorm, the paper's eager DyT module, dyt.DyT on the native path,
-dyt.DyT on the Python path, and the native op called straight from a module (what dyt's Python checks
-cost on top); on request, dyt.PackedDyT (`packed`: one parameter a layer) and dyt.DyT reading its
-parameters as attributes (`dyt-attribute-lookups`). Needs a CUDA GPU; run it
-alone (other processes on the host's CPUs move these numbers).
+"""Host time per layer in a chain of norm layers: LayerNorm, the paper's eager DyT, dyt.DyT, dyt.PackedDyT.
 
-    CUDA_VISIBLE_DEVICES=0 python tools/layer_host.py [--rounds 5] [--layers 24] [--shapes 8x197x384]
-    CUDA_VISIBLE_DEVICES=0 python tools/layer_host.py --profile dyt --shapes 8x197x384
-    CUDA_VISIBLE_DEVICES=0 python tools/layer_host.py --layout permuted --shapes 8x96x56x56 --variants \
-        layernorm,eager,dyt,dyt-python
-    CUDA_VISIBLE_DEVICES=0 python tools/layer_host.py --modes train --variants \
-        layernorm,layernorm-frozen-bias,native-op,native-op-frozen-alpha
+    CUDA_VISIBLE_DEVICES=0 python benchmarks/layer_host.py [--rounds 5] [--layers 24] [--shapes 8x197x384]
+    CUDA_VISIBLE_DEVICES=0 python benchmarks/layer_host.py --profile dyt --shapes 8x197x384
+    CUDA_VISIBLE_DEVICES=0 python benchmarks/layer_host.py --layout permuted --shapes 8x96x56x56
+    CUDA_VISIBLE_DEVICES=0 python benchmarks/layer_host.py --modes train --variants \
+        layernorm,layernorm-frozen-bias,dyt,dyt-frozen-alpha
+    CUDA_VISIBLE_DEVICES=0 DYT_NATIVE=0 python benchmarks/layer_host.py   # dyt's Python path
 
-The frozen variants hold one parameter out of the gradient: what each parameter's gradient costs a step.
+The chain is called the way a model's step calls its norms: one forward through all layers, then one
+backward into gradients set to None (training), or the forward under no_grad (inference); the variants
+interleaved in rounds within one process. Variants: layernorm (nn.LayerNorm), eager (the paper's module,
+dyt.service.peers.EagerDyT), dyt (dyt.DyT), packed (dyt.PackedDyT: one parameter a layer), and the frozen
+ones, which hold one parameter out of the gradient (requires_grad False): what that parameter's gradient
+costs a step. Which host path dyt's modules take (dyt.native's C++ path, or the Python path where
+DYT_NATIVE=0 or it cannot be built) is printed first. Needs a CUDA GPU; run it alone (other processes on
+the host's CPUs move these numbers).
 
 --layout permuted runs ConvNeXt's block norms: shapes are (N, C, H, W), and each layer normalizes C of the
 (N, H, W, C) permute of a contiguous (N, C, H, W) tensor (last-dimension stride H * W), its output
@@ -35,28 +35,11 @@ import torch
 from torch import nn
 
 import dyt
-from dyt import native, ops
+from dyt import native
 from dyt.service.peers import EagerDyT
 
-_REAL_NATIVE_OP = ops._native_op
 
-
-class NativeOpDyT(dyt.DyT):
-    """dyt.DyT calling the native op with no Python check: the floor of the native path's host time."""
-
-    def forward(self, x):
-        return native.OP(x, self.alpha, self.weight, self.bias, False, False)
-
-
-class AttributeLookupDyT(dyt.DyT):
-    """dyt.DyT with its parameters read as attributes (through nn.Module.__getattr__), not from
-    _parameters as DyT.forward reads them: what the attribute reads cost."""
-
-    def forward(self, x):
-        return ops.dyt(x, self.alpha, self.weight, self.bias)
-
-
-def without_grad(norm: type, name: str) -> type:
+def without_grad(norm: type, name: str):
     """norm with its parameter `name` frozen (requires_grad False): what one parameter's gradient costs the
     step (its accumulation into .grad, and whatever the norm's backward then skips)."""
 
@@ -72,15 +55,11 @@ NORMS = {
     "layernorm": nn.LayerNorm,
     "eager": EagerDyT,
     "dyt": dyt.DyT,
-    "dyt-python": dyt.DyT,
     "packed": dyt.PackedDyT,
-    "native-op": NativeOpDyT,
-    "dyt-attribute-lookups": AttributeLookupDyT,
     "layernorm-frozen-bias": without_grad(nn.LayerNorm, "bias"),
-    "native-op-frozen-alpha": without_grad(NativeOpDyT, "alpha"),
+    "dyt-frozen-alpha": without_grad(dyt.DyT, "alpha"),
 }
-# The default variants: the frozen ones and packed are asked for by name.
-DEFAULT_VARIANTS = ["layernorm", "eager", "dyt", "dyt-python", "native-op"]
+DEFAULT_VARIANTS = ["layernorm", "eager", "dyt"]  # the others are asked for by name
 
 
 class PermutedBlock(nn.Module):
@@ -92,10 +71,6 @@ class PermutedBlock(nn.Module):
 
     def forward(self, h):
         return self.norm(h.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).contiguous()
-
-
-def use_native(on: bool) -> None:
-    ops._native_op = _REAL_NATIVE_OP if on else (lambda x: None)
 
 
 def make_step(variant: str, shape, layers: int, dtype, train: bool, permuted: bool = False):
@@ -127,7 +102,6 @@ def host_us_per_layer(step, steps: int, layers: int) -> float:
 
 
 def profile(variant: str, shape, layers: int, dtype, train: bool, permuted: bool) -> None:
-    use_native(variant != "dyt-python")
     step = make_step(variant, shape, layers, dtype, train, permuted)
     for _ in range(10):
         step()
@@ -141,7 +115,7 @@ def profile(variant: str, shape, layers: int, dtype, train: bool, permuted: bool
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--layers", type=int, default=24)
@@ -153,14 +127,16 @@ def main() -> None:
     parser.add_argument("--layout", default="rows", choices=["rows", "permuted"])
     args = parser.parse_args()
     permuted = args.layout == "permuted"
-    unknown = sorted(set(args.variants.split(",")) - set(NORMS))
+    variants = args.variants.split(",")
+    unknown = sorted(set(variants) - set(NORMS))
     if unknown:
         parser.error(f"--variants takes {', '.join(NORMS)}; got {', '.join(unknown)}")
-    if permuted and any(v.startswith("native-op") for v in args.variants.split(",")):
-        parser.error("native-op takes contiguous x only: leave it out of --variants with --layout permuted")
-    assert native.ensure() is not None, f"the native path is unavailable: {native.state()}"
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU (torch.cuda.is_available() is False)")
+    state, reason = native.state() if native.ensure() is None else ("loaded", "")
+    print(f"dyt's host path: {'native' if state == 'loaded' else 'Python'} (dyt.native: {state}"
+          f"{'; ' + reason if reason else ''})")  # fmt: skip
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
-    variants = args.variants.split(",")
     for text in args.shapes.split(","):
         shape = tuple(int(s) for s in text.split("x"))
         for mode in args.modes.split(","):
@@ -168,16 +144,13 @@ def main() -> None:
                 profile(args.profile, shape, args.layers, dtype, mode == "train", permuted)
                 continue
             steps = {v: make_step(v, shape, args.layers, dtype, mode == "train", permuted) for v in variants}
-            times = {v: [] for v in variants}
+            times: dict[str, list[float]] = {v: [] for v in variants}
             for v in variants:  # warm every variant's caches
-                use_native(v != "dyt-python")
                 for _ in range(10):
                     steps[v]()
             for _ in range(args.rounds):
                 for v in variants:
-                    use_native(v != "dyt-python")
                     times[v].append(host_us_per_layer(steps[v], args.steps, args.layers))
-            use_native(True)
             med = {v: statistics.median(t) for v, t in times.items()}
             base = med.get("layernorm", next(iter(med.values())))
             cells = " ".join(f"{v} {med[v]:.1f} ({base / med[v]:.2f}x)" for v in variants)

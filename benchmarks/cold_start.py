@@ -1,12 +1,13 @@
-"""A first call of dyt.dyt (forward and backward) in a fresh process, twice: with an empty Triton cache,
-then with the cache the first process left. Issue 6 asks that a first call tunes nothing and, with a warm
-cache, returns within 1 s; the bench's cold_start_s is the first call inside its own process, so whether
-it compiled depends on what ran before it there. Each child first runs a plain PyTorch backward, timed
-apart: PyTorch's first backward of anything imports modules lazily (seconds on a machine without a
-bytecode cache), which is not dyt's cost. Dev tool, GPU machine (on a CPU it runs the same
-processes, through the Triton interpreter when TRITON_INTERPRET=1, else through the plain CPU path).
+"""Seconds to dyt.dyt's first forward and backward in a fresh process: an empty Triton cache, then a warm one.
 
-    python tools/cold_start.py [--shape 4096x1024] [--dtype bf16] [--out FILE.json]
+    python benchmarks/cold_start.py [--shape 4096x1024] [--dtype bf16] [--out FILE.json]
+
+Two fresh processes over one Triton cache directory, the first starting it empty. A first call must tune
+nothing and, with a warm cache, return within 1 s; the bench's cold_start_s is the first call inside its
+own process, so whether it compiled depends on what ran before it there. Each child first runs a plain
+PyTorch backward, timed apart: PyTorch's first backward of anything imports modules lazily (seconds on a
+machine without a bytecode cache), which is not dyt's cost. Meant for a GPU machine; on a CPU it runs the
+same processes, through the Triton interpreter when TRITON_INTERPRET=1, else through the plain CPU path.
 """
 
 from __future__ import annotations

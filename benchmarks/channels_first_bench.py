@@ -1,19 +1,21 @@
-"""Channels-first DyT on the GPU: dyt.dyt_channels_first (copy-free kernels) against the paper's eager
-module, torch.compile of it, and the path through a channels-last copy, in CUDA-graph replay time (host
-excluded) and as a ratio to the copy ceiling counting the bytes a copy-free kernel moves (x read + y
-written forward; x, dy read + dx written backward). The backward is (forward + torch.autograd.grad's
-backward) less the forward: no gradient accumulation into .grad. The last two columns time forward and
-forward + backward call after call without a graph (host included: where the host is slower than the GPU,
-it sets the pace). Needs a CUDA GPU.
+"""Channels-first DyT on the GPU: dyt.dyt_channels_first against the paper's module, torch.compile and a copy.
 
-    python tools/channels_first_bench.py --ceiling-gbps 4246
-    python tools/channels_first_bench.py --sweep   # kernel time of each channels_first table variant
+    python benchmarks/channels_first_bench.py --ceiling-gbps 4246
+    python benchmarks/channels_first_bench.py --sweep   # kernel time of each channels_first table variant
 
---sweep times launcher.forward / launcher.backward (channels_first=True) with the committed table
+dyt.dyt_channels_first (copy-free kernels) against the paper's eager module, torch.compile of it, and the
+path through a channels-last copy, in CUDA-graph replay time (host excluded) and as a ratio to the copy
+ceiling counting the bytes a copy-free kernel moves (x read + y written forward; x, dy read + dx written
+backward). The backward is (forward + torch.autograd.grad's backward) less the forward: no gradient
+accumulation into .grad. The last two columns time forward and forward + backward call after call without
+a graph (host included: where the host is slower than the GPU, it sets the pace). Needs a CUDA GPU;
+--ceiling-gbps is the GPU's copy rate (the copy ceiling of `python -m dyt bench`'s report).
+
+--sweep times dyt.launcher.forward / dyt.launcher.backward (channels_first=True) with the committed table
 ("committed"), and with each candidate of `python -m dyt tune --channels-first` as the widest 16-bit
 entries' "channels_first" field (dyt.planner.CHANNELS_FIRST) at every spatial size ("entry": the entry's
-own tile), interleaved in rounds; the tuner times the same candidates, one class of spatial size at a
-time.
+own tile), through dyt.launcher.overrides(table=...), interleaved in rounds; the tuner times the same
+candidates, one class of spatial size at a time.
 """
 
 import argparse
