@@ -224,7 +224,7 @@ def _require_native(session: nox.Session, *, need_ninja: bool) -> str:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The whole matrix in Triton's CPU interpreter (any machine, no GPU): the README's test command."""
-    _install_cpu(session, "triton", "test", "report")
+    _install_cpu(session, "triton", "test", "report", "fp8")
     workers = os.environ.get("DYT_CPU_WORKERS", "auto")
     env = {"TRITON_INTERPRET": "1", "DYT_SESSION": "tests", "DYT_REPORTS": str(REPORTS)}
     env["DYT_REQUIRE_NATIVE"] = _require_native(session, need_ninja=False)  # ninja: the triton extra
@@ -350,7 +350,7 @@ def installed_tests(session: nox.Session) -> None:
     if len(wheels) != 1:
         session.error(f"installed_tests: expected one dyt_kernels wheel in {DIST}, found {len(wheels)}: "
                       "run `nox -s dist` first")  # fmt: skip
-    _install_cpu(session, "triton", "test", package=str(wheels[0]))
+    _install_cpu(session, "triton", "test", "fp8", package=str(wheels[0]))
     work = pathlib.Path(session.create_tmp()).resolve() / "installed"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(ROOT / "tests", work / "tests", ignore=_outside_operator_suites)

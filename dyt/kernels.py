@@ -278,6 +278,103 @@ def dyt_fwd_kernel(
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
+# FP8 output: y over a scale, rounded to Y's float8 format (dyt.fp8). The scale is either one for the tensor,
+# from the parameters (|y[..., c]| <= |gamma[c]| + |beta[c]|, so no reduction over x: dyt_fp8_scale_kernel),
+# or one per row, from the row's own values in the same program (ROWWISE).
+_SMALLEST_SCALE = tl.constexpr(2.0**-126)  # dyt.fp8.SMALLEST_SCALE: 1 / scale stays finite
+
+
+@triton.jit
+def dyt_fp8_scale_kernel(GAMMA, BETA, SCALE, C, HAS_BETA: tl.constexpr, FP8_MAX: tl.constexpr,
+                         BLOCK: tl.constexpr, APPROX: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+    """SCALE[0] = max(max_c (|gamma[c]| + |beta[c]|) / FP8_MAX, 2^-126) in float32, one program; NaN where
+    a parameter is NaN or the bound is not finite (dyt.torch_path.fp8_parameter_scale computes the same
+    bits)."""
+    _wait_for_primary(PDL)
+    _launch_dependents(PDL)
+    bound = tl.zeros((BLOCK,), tl.float32)
+    bad = tl.zeros((BLOCK,), tl.int32)
+    for start in range(0, C, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        ok = cols < C
+        b = tl.abs(_f32(tl.load(GAMMA + cols, mask=ok, other=0.0), APPROX))
+        if HAS_BETA:
+            b = b + tl.abs(_f32(tl.load(BETA + cols, mask=ok, other=0.0), APPROX))
+        bad = bad | (~(b < float("inf"))).to(tl.int32)  # NaN or inf
+        bound = tl.maximum(bound, b)
+    scale = tl.maximum(tl.div_rn(tl.max(bound, axis=0), FP8_MAX), _SMALLEST_SCALE)
+    scale = tl.where(tl.max(bad, axis=0) > 0, float("nan"), scale)
+    tl.store(SCALE, scale)
+
+
+@triton.jit
+def _fwd_tile_values(X, ALPHA, GAMMA, BETA, rows, cols, mask, N, stride_xm, HAS_BETA: tl.constexpr,
+                     TANH: tl.constexpr, APPROX: tl.constexpr, GAMMA_PERIOD: tl.constexpr,
+                     GAMMA_SPAN: tl.constexpr, SIGN_SELECT: tl.constexpr,
+                     POLY_TERMS: tl.constexpr):  # fmt: skip
+    """y of one tile in float32, as dyt_fwd_kernel computes it."""
+    index = _param_index(cols, GAMMA_PERIOD, GAMMA_SPAN)
+    col_ok = cols < N
+    alpha = _f32(tl.load(ALPHA), APPROX)
+    gamma = tl.load(GAMMA + index, mask=col_ok, other=0.0)
+    if HAS_BETA:
+        beta = tl.load(BETA + index, mask=col_ok, other=0.0)
+    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
+    y = _f32(gamma, APPROX)[None, :] * _tanh(alpha * _f32(x, APPROX), TANH, APPROX, SIGN_SELECT, POLY_TERMS)
+    if HAS_BETA:
+        y = y + _f32(beta, APPROX)[None, :]
+    return y
+
+
+@triton.jit
+def dyt_fwd_fp8_kernel(
+    X, Y, SCALE, ALPHA, GAMMA, BETA,
+    M, N, n_elements, stride_xm, stride_ym,
+    HAS_BETA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, N_COL_BLOCKS: tl.constexpr,
+    INT64: tl.constexpr, TANH: tl.constexpr, APPROX: tl.constexpr, GAMMA_PERIOD: tl.constexpr,
+    GAMMA_SPAN: tl.constexpr, RAGGED: tl.constexpr, SIGN_SELECT: tl.constexpr, PDL: tl.constexpr,
+    POLY_TERMS: tl.constexpr, ROWWISE: tl.constexpr, FP8_MAX: tl.constexpr,
+):  # fmt: skip
+    """Y = y * (1 / scale) rounded to Y's dtype (a float8 format, or float32 in the interpreter, whose
+    float8 conversion is wrong: dyt.launcher rounds there), y as dyt_fwd_kernel computes it.
+
+    Tensorwise (ROWWISE False): SCALE holds the tensor's scale (dyt_fp8_scale_kernel); one tile per
+    program, as dyt_fwd_kernel's plan has it. Rowwise: one program per BLOCK_M rows (unfolded), which
+    passes over the rows' N_COL_BLOCKS column blocks twice: first their largest finite |y| (padding and NaN
+    never enter it), whose max(amax / FP8_MAX, 2^-126) goes to SCALE[row], then y over that scale."""
+    _wait_for_primary(PDL)
+    _launch_dependents(PDL)
+    pid = tl.program_id(0)
+    if ROWWISE:
+        pid_m = pid
+        if INT64:
+            pid_m = pid_m.to(tl.int64)
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        amax = tl.zeros((BLOCK_M,), tl.float32)
+        for pid_n in range(N_COL_BLOCKS):
+            rows, cols, mask = _tile(pid, pid_n, M, N, n_elements, BLOCK_M, BLOCK_N, INT64, RAGGED)
+            y = _fwd_tile_values(X, ALPHA, GAMMA, BETA, rows, cols, mask, N, stride_xm, HAS_BETA, TANH,
+                                 APPROX, GAMMA_PERIOD, GAMMA_SPAN, SIGN_SELECT, POLY_TERMS)  # fmt: skip
+            amax = tl.maximum(amax, tl.max(tl.where(mask & (y == y), tl.abs(y), 0.0), axis=1))
+        scale = tl.maximum(tl.div_rn(amax, FP8_MAX), _SMALLEST_SCALE)
+        tl.store(SCALE + rows, scale, mask=rows < M)
+        inv = tl.div_rn(tl.full((BLOCK_M,), 1.0, tl.float32), scale)
+        for pid_n in range(N_COL_BLOCKS):
+            rows, cols, mask = _tile(pid, pid_n, M, N, n_elements, BLOCK_M, BLOCK_N, INT64, RAGGED)
+            y = _fwd_tile_values(X, ALPHA, GAMMA, BETA, rows, cols, mask, N, stride_xm, HAS_BETA, TANH,
+                                 APPROX, GAMMA_PERIOD, GAMMA_SPAN, SIGN_SELECT, POLY_TERMS)  # fmt: skip
+            out = y * inv[:, None]
+            tl.store(Y + rows[:, None] * stride_ym + cols[None, :], out.to(Y.dtype.element_ty), mask=mask)
+    else:
+        pid_m = pid // N_COL_BLOCKS
+        pid_n = pid % N_COL_BLOCKS
+        rows, cols, mask = _tile(pid_m, pid_n, M, N, n_elements, BLOCK_M, BLOCK_N, INT64, RAGGED)
+        inv = tl.div_rn(1.0, tl.load(SCALE))
+        y = _fwd_tile_values(X, ALPHA, GAMMA, BETA, rows, cols, mask, N, stride_xm, HAS_BETA, TANH, APPROX,
+                             GAMMA_PERIOD, GAMMA_SPAN, SIGN_SELECT, POLY_TERMS)  # fmt: skip
+        tl.store(Y + rows[:, None] * stride_ym + cols[None, :], (y * inv).to(Y.dtype.element_ty), mask=mask)
+
+
 @triton.jit
 def _bwd_tile(
     X, DY, DX, rows, cols, mask, stride_xm, stride_dym, stride_dxm, alpha, gamma,

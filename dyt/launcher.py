@@ -75,6 +75,8 @@ FORWARD = direct_launch.CompiledKernel(kernels.dyt_fwd_kernel)
 BACKWARD = direct_launch.CompiledKernel(kernels.dyt_bwd_kernel)
 FINISH = direct_launch.CompiledKernel(kernels.dyt_bwd_finish_kernel)
 FINISH_CF = direct_launch.CompiledKernel(kernels.dyt_bwd_cf_finish_kernel)
+FORWARD_FP8 = direct_launch.CompiledKernel(kernels.dyt_fwd_fp8_kernel)
+FP8_SCALE = direct_launch.CompiledKernel(kernels.dyt_fp8_scale_kernel)
 
 
 @functools.cache
@@ -149,10 +151,14 @@ def backward_plan(x: torch.Tensor, dy: torch.Tensor, over: planner.Overrides | N
     return _cached_backward.__wrapped__(*args) if o.table is not None else _cached_backward(*args)
 
 
+_INTERPRETER_STAGED = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
+
+
 def _staged(dtype: torch.dtype) -> torch.dtype:
     """The dtype kernels write: the interpreter's float32 -> bfloat16 cast truncates instead of rounding to
-    nearest (the GPU rounds), so there bfloat16 outputs are written in float32 and rounded by torch."""
-    return torch.float32 if dtype == torch.bfloat16 and _INTERPRET else dtype
+    nearest, and its float32 -> float8_e4m3fn cast flushes subnormals and misreads NaN (the GPU rounds to
+    nearest even, saturating), so there such outputs are written in float32 and rounded by torch."""
+    return torch.float32 if _INTERPRET and dtype in _INTERPRETER_STAGED else dtype
 
 
 def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -188,6 +194,31 @@ def launch_forward(plan: planner.FwdPlan, x, y, alpha, gamma, beta) -> None:
     tensors = (x, y, alpha, gamma, gamma if beta is None else beta)
     with _current(x.device):
         FORWARD.launch(plan.kernel, tensors, direct=not _INTERPRET)
+
+
+def forward_fp8(x, alpha, gamma, beta, fp8_dtype, *, rowwise: bool = False, channels_first: bool = False):
+    """(data in x's shape, contiguous, in fp8_dtype; scale in float32: shape (1,) tensorwise, (M,) rowwise,
+    one per row of x's last dimension): data = y / scale rounded to nearest even, saturating. Tensorwise,
+    dyt_fp8_scale_kernel writes the scale from gamma and beta first, on the device (no host sync)."""
+    o = _overrides
+    M, N, stride, span = rows_of(x, channels_first)
+    fmt = str(fp8_dtype).removeprefix("torch.")
+    target = target_of(x.device)
+    itemsize = x.element_size()
+    param_itemsize = max(itemsize, gamma.element_size(), 0 if beta is None else beta.element_size())
+    data = _new(x.shape, _staged(fp8_dtype), x.device, o.poison)
+    scale = _new((M,) if rowwise else (1,), torch.float32, x.device, o.poison)
+    betas = gamma if beta is None else beta
+    with _current(x.device):
+        if not rowwise:
+            scale_launch = planner.plan_fp8_scale(gamma.shape[0], beta is not None, fmt, target)
+            FP8_SCALE.launch(scale_launch, (gamma, betas, scale), direct=not _INTERPRET)
+        if data.numel():
+            plan = planner.plan_forward_fp8(M, N, itemsize, fmt, rowwise=rowwise, x_stride=stride,
+                                            param_itemsize=param_itemsize, has_beta=beta is not None,
+                                            channel_span=span, target=target, overrides=o)  # fmt: skip
+            FORWARD_FP8.launch(plan.kernel, (x, data, scale, alpha, gamma, betas), direct=not _INTERPRET)
+    return _as(data, fp8_dtype), scale
 
 
 def backward(dy, x, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype, *, traced=False,

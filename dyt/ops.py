@@ -28,6 +28,7 @@ from torch._subclasses.functional_tensor import FunctionalTensorMode
 from dyt import torch_path
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)  # out_dtype's float8 formats: dyt.fp8
 
 try:  # Triton is optional: without it CPU tensors still take the plain PyTorch path.
     from dyt import direct_launch, launcher, native
@@ -45,8 +46,9 @@ def validate(x, alpha, gamma, beta, *, channels_first: bool = False, out_dtype=N
     fake implementation runs them while tracing (see dyt()). channels_first: x is (N, C, *spatial);
     out_dtype: y's dtype, None for x's."""
     if out_dtype is not None and out_dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"dyt: out_dtype must be torch.float32, torch.bfloat16, torch.float16 or None (x's "
-                        f"dtype), got {out_dtype!r}")  # fmt: skip
+        raise TypeError(f"dyt: out_dtype must be torch.float32, torch.bfloat16, torch.float16, a float8 "
+                        f"format (torch.float8_e4m3fn, torch.float8_e5m2: dyt.fp8) or None (x's dtype), "
+                        f"got {out_dtype!r}")  # fmt: skip
     tensors = (x, alpha, gamma) if beta is None else (x, alpha, gamma, beta)
     for t in tensors:
         if not isinstance(t, torch.Tensor) or t.dtype not in SUPPORTED_DTYPES:
@@ -332,8 +334,11 @@ def dyt(
     y has x's dtype, also under autocast (which does not recast dyt's inputs or output; nn.LayerNorm and
     the eager expression with float32 parameters return float32 there), unless out_dtype names another:
     the float32 result rounded once to it, as y.to(out_dtype) would, with no second kernel (the gradient
-    then arrives in out_dtype; dx keeps x's dtype).
+    then arrives in out_dtype; dx keeps x's dtype). A float8 out_dtype returns dyt.fp8.Float8Output (data,
+    scale), the scale from the parameters (dyt.fp8.dyt_fp8's contract).
     """
+    if out_dtype in FP8_DTYPES:
+        return _fp8().dyt_fp8(x, alpha, gamma, beta, fp8_dtype=out_dtype)
     if torch.compiler.is_compiling():
         if _transformed():
             # A transform inside the compiled region (torch.compile of grad, vmap or jvp): the plain
@@ -360,6 +365,13 @@ def dyt(
     if _records_grad(x, alpha, gamma, beta):
         return _EagerDyT.apply(x, alpha, gamma, beta, False, out_dtype)
     return forward_impl(x, alpha, gamma, beta, out_dtype=out_dtype)
+
+
+def _fp8():
+    """dyt.fp8, imported at the first FP8 call (it imports this module)."""
+    from dyt import fp8
+
+    return fp8
 
 
 def _native_op(x):
@@ -418,8 +430,10 @@ def dyt_channels_first(
     channel j // L's gamma and beta), no copy; x in torch.channels_last memory format is channels-last in
     memory and runs through dyt's usual kernels on the moved view (no copy either); other layouts are
     copied once. y is in torch.channels_last memory format for such x, contiguous otherwise, on every
-    path. Same contract as dyt() otherwise.
+    path. Same contract as dyt() otherwise (a float8 out_dtype: dyt.fp8.dyt_fp8 with channels_first).
     """
+    if out_dtype in FP8_DTYPES:
+        return _fp8().dyt_fp8(x, alpha, gamma, beta, fp8_dtype=out_dtype, channels_first=True)
     if torch.compiler.is_compiling():
         return dyt(x.movedim(1, -1), alpha, gamma, beta, out_dtype=out_dtype).movedim(-1, 1)
     op = _native_op(x)
@@ -495,8 +509,11 @@ def dyt_packed(x: torch.Tensor, params: torch.Tensor, *, bias: bool = True, chan
     Eager CUDA calls run the native op torch.ops.dyt_native.dyt_packed, whose backward hands autograd
     params' whole gradient as one tensor (channels-first x in torch.channels_last memory format: on the
     moved view, as dyt_channels_first runs it); elsewhere (torch.compile, the CPU, the Python path's cases in
-    docs/host-path.md) the call is dyt's on views of params (split_params).
+    docs/host-path.md) the call is dyt's on views of params (split_params). A float8 out_dtype:
+    dyt.fp8.dyt_packed_fp8.
     """
+    if out_dtype in FP8_DTYPES:
+        return _fp8().dyt_packed_fp8(x, params, bias=bias, channels_first=channels_first, fp8_dtype=out_dtype)
     if not torch.compiler.is_compiling():
         op = _native_op(x)
         if op is None and not channels_first and _strided_channels(x):

@@ -407,6 +407,7 @@ def plan_forward(
     channel_span: int = 0,
     target: Target = Target(),
     overrides: Overrides = DEFAULTS,
+    fold: bool = True,
 ) -> FwdPlan:
     """The forward of x (M, N) with row stride x_stride (default N: contiguous) into a contiguous y.
     channel_span L > 1: the rows are a channels-first tensor's (N = C * L), column j taking gamma[j // L].
@@ -414,16 +415,17 @@ def plan_forward(
     One program per tile. param_itemsize: the widest of gamma's and beta's element sizes (default: x's),
     which picks an entry's fp32_params tile (FP32_PARAMS); folded rows may take its folded tile (FOLDED).
     The forward folds power-of-two widths only (768 folded measured slower than unfolded in the forward,
-    docs/kernels.md, "Folded rows")."""
+    docs/kernels.md, "Folded rows"). fold=False keeps rows as they are (plan_forward_fp8's rowwise
+    scales are per row)."""
     x_stride = N if x_stride is None else x_stride
     param_itemsize = param_itemsize or itemsize
     table = table_of(target, overrides)
     span = _span(channel_span, N)
     view = _View(M, N, (x_stride, N), gamma_span=span)
     entry = forward_entry(table, itemsize, N, param_itemsize, M * N, span=span)
-    fold = fold_factor(M, N, view.row_strides, powers_of_two_only=True)
-    if fold > 1:
-        wide = _folded_view(M, N, view.row_strides, fold, span)
+    factor = fold_factor(M, N, view.row_strides, powers_of_two_only=True) if fold else 1
+    if factor > 1:
+        wide = _folded_view(M, N, view.row_strides, factor, span)
         wide_entry = forward_entry(table, itemsize, wide.N, param_itemsize, M * N, folded=True,
                                    span=span)  # fmt: skip
         block_n = tile_shape(wide_entry, wide.N)[1]
@@ -447,6 +449,33 @@ def plan_forward(
         pdl=target.pdl,
     )
     return FwdPlan(**fields, sign_select=sign_select, kernel=kernel)
+
+
+# The largest finite value of each float8 format dyt writes (dyt.fp8.FORMATS), by torch dtype name.
+FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+FP8_SCALE_BLOCK = 1024  # dyt_fp8_scale_kernel's columns per step: one program reads gamma and beta once
+
+
+def plan_forward_fp8(M: int, N: int, itemsize: int, fp8: str, *, rowwise: bool = False, **forward) -> FwdPlan:
+    """dyt_fwd_fp8_kernel's launch for y in the float8 format fp8 (a key of FP8_MAX); forward: the
+    arguments of plan_forward. Tensorwise: plan_forward's tiles and grid, the kernel reading one scale.
+    Rowwise: plan_forward's tile for unfolded rows, one program per row tile (it covers every column
+    block), so that a program sees each of its rows whole. Either way the constants are
+    dyt_fwd_kernel's, then ROWWISE and FP8_MAX."""
+    plan = plan_forward(M, N, itemsize, fold=not rowwise, **forward)
+    grid = (cdiv(plan.M, plan.BLOCK_M),) if rowwise else plan.kernel.grid
+    constexprs = (*plan.kernel.constexprs, ("ROWWISE", rowwise), ("FP8_MAX", FP8_MAX[fp8]))
+    return dataclasses.replace(
+        plan, grid=grid, kernel=dataclasses.replace(plan.kernel, grid=grid, constexprs=constexprs)
+    )
+
+
+def plan_fp8_scale(C: int, has_beta: bool, fp8: str, target: Target = Target()) -> KernelLaunch:
+    """dyt_fp8_scale_kernel's launch: one program over C parameters."""
+    block = min(FP8_SCALE_BLOCK, next_pow2(C))
+    constexprs = (("HAS_BETA", has_beta), ("FP8_MAX", FP8_MAX[fp8]), ("BLOCK", block),
+                  ("APPROX", not target.interpreter), ("PDL", target.pdl))  # fmt: skip
+    return KernelLaunch(grid=(1,), scalars=(C,), constexprs=constexprs, num_warps=4, pdl=target.pdl)
 
 
 def plan_backward(

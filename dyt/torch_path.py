@@ -51,6 +51,36 @@ def forward(x, alpha, gamma, beta, out_dtype, *, channels_first: bool = False) -
     return y.to(out_dtype)
 
 
+SMALLEST_FP8_SCALE = 2.0**-126  # the least scale: 1 / scale stays a finite float32
+
+
+def fp8_parameter_scale(gamma, beta, fp8_max: float) -> torch.Tensor:
+    """The tensorwise float8 scale, shape (): max(max_c (|gamma[c]| + |beta[c]|) / fp8_max, 2^-126) in
+    float32, NaN where a parameter is not finite (dyt.kernels.dyt_fp8_scale_kernel computes the same
+    bits). Plain ops: no host sync, and traceable by torch.compile."""
+    bound = gamma.float().abs()
+    if beta is not None:
+        bound = bound + beta.float().abs()
+    top = bound.amax()
+    scale = torch.div(top, fp8_max).clamp_min(SMALLEST_FP8_SCALE)
+    return torch.where(bound.isfinite().all(), scale, torch.full_like(scale, float("nan")))
+
+
+def forward_fp8(x, alpha, gamma, beta, fp8_dtype, fp8_max: float, *, rowwise: bool = False,
+                channels_first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(data, scale): y / scale rounded to fp8_dtype (round to nearest even, saturating), y as forward
+    computes it in float32. Tensorwise: scale of shape () from the parameters (fp8_parameter_scale).
+    Rowwise (rows of the last dimension): scale of shape (*x.shape[:-1], 1), max(amax / fp8_max, 2^-126)
+    of each row's finite |y|, the kernels' rule."""
+    y = forward(x, alpha, gamma, beta, torch.float32, channels_first=channels_first)
+    if rowwise:
+        amax = torch.where(y.isnan(), 0.0, y.abs()).amax(dim=-1, keepdim=True)
+        scale = torch.div(amax, fp8_max).clamp_min(SMALLEST_FP8_SCALE)
+    else:
+        scale = fp8_parameter_scale(gamma, beta, fp8_max)
+    return (y * torch.reciprocal(scale)).to(fp8_dtype), scale
+
+
 def backward(dy2d, x2d, alpha, gamma, dx_dtype, dalpha_dtype, dgamma_dtype, dbeta_dtype):
     a = alpha.float().reshape(())
     xf, dyf = x2d.float(), dy2d.float()

@@ -451,3 +451,34 @@ def test_native_launch_records_follow_the_compiled_parameters(scalars):
     assert params[5 : 5 + len(ints)] == ints
     assert set(params[5 + len(ints) :]) == {(native.NULL, 0)} and len(params) > 5 + len(ints)
     assert native.launch_fields(compiled, spec, 4, range(4), function=0xABC) is None
+
+
+def _fp8_signature(dt, fmt):
+    return {"X": f"*{dt}", "Y": f"*{fmt}", "SCALE": "*fp32", "ALPHA": "*fp32", "GAMMA": "*fp32",
+            "BETA": "*fp32", "M": "i32", "N": "i32", "n_elements": "i32", "stride_xm": "i32",
+            "stride_ym": "i32"}  # fmt: skip
+
+
+@compiled_in_child
+@pytest.mark.parametrize(("fmt", "cvt"), [("fp8e4nv", "e4m3x2"), ("fp8e5", "e5m2x2")])
+@pytest.mark.parametrize(("rowwise", "n_col_blocks"), [(False, 1), (True, 1), (True, 3)])
+def test_fp8_forward_compiles_rounding_to_nearest_and_saturating(fmt, cvt, rowwise, n_col_blocks):
+    """dyt_fwd_fp8_kernel for sm_90: x loaded 16 bytes at a time, y converted by the hardware's
+    round-to-nearest, saturating float8 conversion (what torch's cast does, which the plain path and the
+    interpreter use), the scale's reciprocal correctly rounded (div.rn, the plain path's bits), and nothing
+    touched before the previous kernel is done. dyt_fp8_scale_kernel compiles too."""
+    fp8_max = planner.FP8_MAX["float8_e4m3fn" if fmt == "fp8e4nv" else "float8_e5m2"]
+    constexprs = {**FWD_CONSTEXPRS, "BLOCK_N": 1024, "N_COL_BLOCKS": n_col_blocks, "ROWWISE": rowwise,
+                  "FP8_MAX": fp8_max}  # fmt: skip
+    c = _compile(kernels.dyt_fwd_fp8_kernel, _fp8_signature("bf16", fmt), constexprs, aligned=FWD_ALIGNED)
+    ptx = c.asm["ptx"]
+    assert "cubin" in c.asm
+    assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx), "x is not loaded 16 bytes at a time"
+    assert re.search(rf"cvt\.rn\.satfinite\.{cvt}\.f32", ptx), f"y is not converted by cvt.rn.satfinite.{cvt}"
+    assert "div.rn.f32" in ptx, "the scale's reciprocal must be correctly rounded"
+    assert_waits_before_memory(ptx)
+    scale = _compile(kernels.dyt_fp8_scale_kernel,
+                     {"GAMMA": "*bf16", "BETA": "*bf16", "SCALE": "*fp32", "C": "i32"},
+                     {"HAS_BETA": True, "FP8_MAX": 448.0, "BLOCK": 1024, "APPROX": True, "PDL": True},
+                     ["GAMMA", "BETA"])  # fmt: skip
+    assert "cubin" in scale.asm and "div.rn.f32" in scale.asm["ptx"]

@@ -20,7 +20,13 @@ import torch
 REL_L2 = {"out": 1e-6, "param": 1e-5}
 EVAL_ULPS = 8
 FP32_EPS = 2.0**-23
-MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}
+MANTISSA_BITS = {
+    torch.bfloat16: 7,
+    torch.float16: 10,
+    torch.float32: 23,
+    torch.float8_e4m3fn: 3,
+    torch.float8_e5m2: 2,
+}
 # The opt-in hardware tanh (DYT_TANH=hw_approx: PTX tanh.approx.f32, relative error below 2^-10.987) is held
 # to its documented error instead of the contract, on top of one ulp of the storage dtype: y may be off by
 # |gamma| HW_TANH["y"] and dx (through sech^2 = 1 - t^2) by |dy gamma alpha| HW_TANH["dx"].
@@ -99,4 +105,36 @@ def assert_close(name: str, got: torch.Tensor, ref: torch.Tensor, *, kind: str, 
             f"{name}: {int(bad.sum())} of {r.numel()} elements off by more than one {storage} ulp "
             f"(+ float32 evaluation error); first: got {float(g[i])!r}, reference {float(r[i])!r}, "
             f"allowed {float(allowed[i]):.3e}"
+        )
+
+
+def assert_fp8_close(name: str, data: torch.Tensor, scale: torch.Tensor, ref: torch.Tensor, *,
+                     terms: torch.Tensor) -> None:  # fmt: skip
+    """FP8 output (dyt.fp8) against the float64 reference ref: data * scale must be ref rounded once to
+    data's format at that scale (r = ref / scale), within the float32 evaluation error of the expression
+    (EVAL_ULPS float32 ulps of terms, |gamma tanh| + |beta| per element, over the scale): each element within
+    half an ulp of the format at r plus that error, so that only where r lies that close to a rounding
+    boundary may the other neighbour come. NaN exactly where the reference has NaN; no saturation: |data|
+    at most the format's largest value, which a reference within range never needs to pass."""
+    fmt = data.dtype
+    assert fmt in (torch.float8_e4m3fn, torch.float8_e5m2), f"{name}: dtype {fmt}, expected a float8 format"
+    assert scale.dtype == torch.float32, f"{name}: scale dtype {scale.dtype}, expected torch.float32"
+    q = data.to(torch.float64).to(ref.device)
+    s64 = scale.to(device=ref.device, dtype=torch.float64)
+    r = ref / s64
+    assert_same_nonfinite(name, q, r)
+    finite = torch.isfinite(r)
+    fmax = torch.finfo(fmt).max
+    q, r = q[finite], r[finite]
+    evaluation = EVAL_ULPS * FP32_EPS * (terms.to(ref.device) / s64).expand_as(ref)[finite]
+    if bool((r.abs() - evaluation > fmax).any()):
+        raise AssertionError(f"{name}: the reference over the scale passes {fmax}: the scale is too small")
+    allowed = 0.5 * ulp(r, fmt) + evaluation
+    bad = (q - r).abs() > allowed
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise AssertionError(
+            f"{name}: {int(bad.sum())} of {r.numel()} elements not the reference rounded to {fmt} at the "
+            f"scale; first: got {float(q[i])!r}, reference / scale {float(r[i])!r}, allowed "
+            f"{float(allowed[i]):.3e}"
         )

@@ -1,0 +1,212 @@
+"""FP8 training with torchao's float8 linear layers, DyT's output handed to them already in FP8.
+
+torchao's float8 training (torchao.float8.convert_to_float8_training, Float8Linear) casts each linear
+layer's input with a dynamic tensorwise scale: an amax pass over the input, then a cast pass. Where the
+input is a DyT's output, its scale is known without looking at it (|y[..., c]| <= |gamma[c]| + |beta[c]|,
+dyt.fp8), so a wired DyT writes FP8 itself, in one pass (dyt.kernels.dyt_fwd_fp8_kernel), as torchao's
+Float8TrainingTensor, which Float8Linear takes as it is (its input cast is skipped for a tensor already
+cast) and which it reuses for its weight gradient (tensorwise scales hold along both dimensions).
+
+torchao's own tensor type, not an adapter of dyt's: Float8Linear recognizes only it (a thin subclass of
+dyt's would need a patched Float8Linear), and its dtype is the high-precision one, so autograd hands the
+norm its gradient in 16 or 32 bits (a plain float8 output's gradient would be rounded to float8).
+
+convert_to_float8_training(model) converts the linear layers with torchao, then wires each DyT (or
+PackedDyT, channels-last) whose output feeds only Float8Linear layers with tensorwise input scaling,
+checked on a torch.fx trace of the model: every use of the norm's output must be the input of such a layer
+or a read of its metadata (size, shape, dim, dtype, device). A norm whose output also feeds anything else (a
+residual sum, a layer left in high precision) keeps its 16-bit output, as does every norm of a model that
+torch.fx cannot trace; the result says which were wired and why each other was not.
+
+Route of a wired norm's forward: eager, the FP8 kernels on CUDA (and in Triton's interpreter), the plain
+expression on other CPU tensors and under torch.compile, where Inductor fuses it with its neighbours (the
+scale from the parameters: no reduction over the activation there either). The backward is dyt's
+(torch.ops.dyt.backward), on the gradient the linear layers hand back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from dyt import fp8, ops, torch_path
+
+
+class Float8Input(NamedTuple):
+    """What a wired DyT writes: the float8 format and the consuming layers' matmul configuration."""
+
+    fp8_dtype: torch.dtype
+    linear_mm_config: object  # torchao.float8.float8_training_tensor.LinearMMConfig
+
+
+@dataclasses.dataclass
+class Float8Conversion:
+    """convert_to_float8_training's account: the qualified names of the wired norms, and of the DyT norms
+    left in high precision with the reason."""
+
+    wired: list[str]
+    kept: dict[str, str]
+
+
+def _torchao():
+    try:
+        import torchao.float8 as float8
+        from torchao.float8 import float8_training_tensor as tensor
+    except ImportError as err:  # pragma: no cover - the fp8 extra installs it
+        raise ImportError(
+            "dyt.float8_training needs torchao (pip install 'dyt[fp8]' or pip install torchao)"
+        ) from err
+    return float8, tensor
+
+
+class _DyTToFloat8(torch.autograd.Function):
+    """y of DyT in FP8 as a Float8TrainingTensor (torchao's scale: the multiplier 1 / dyt's scale), its
+    gradient dyt's backward of the high-precision gradient the linear layers return."""
+
+    @staticmethod
+    def forward(ctx, x, alpha, gamma, beta, target: Float8Input):
+        ctx.has_beta = beta is not None
+        ctx.alpha_shape = alpha.shape
+        ctx.save_for_backward(x, alpha, gamma, beta)
+        data, scale = fp8.forward(x, alpha, gamma, beta, target.fp8_dtype)
+        _, tensor = _torchao()
+        return tensor.Float8TrainingTensor(data, torch.reciprocal(scale), x.dtype, target.linear_mm_config,
+                                           tensor.GemmInputRole.INPUT)  # fmt: skip
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, alpha, gamma, beta = ctx.saved_tensors
+        dx, dalpha, dgamma, dbeta = ops.backward_op()(dy.contiguous(), x, alpha, gamma, beta)
+        return dx, dalpha.reshape(ctx.alpha_shape), dgamma, dbeta if ctx.has_beta else None, None
+
+
+def forward(x, alpha, gamma, beta, target: Float8Input):
+    """A wired DyT's forward: y in FP8 as torchao's Float8TrainingTensor, differentiable in all four.
+
+    Eager: one pass (_DyTToFloat8), y rounded once to FP8. Under torch.compile: dyt's y in x's dtype cast
+    by torchao's own differentiable constructor with the scale from the parameters (Dynamo traces that
+    constructor, not a backward of dyt's behind a tensor subclass); Inductor fuses the two into one kernel,
+    and y may round twice there (to x's dtype, then to FP8: off the single rounding only where y / scale
+    lies within half an ulp of x's dtype of an FP8 rounding boundary)."""
+    ops.validate(x, alpha, gamma, beta)
+    if torch.compiler.is_compiling():
+        _, tensor = _torchao()
+        scale = torch_path.fp8_parameter_scale(gamma, beta, fp8.FORMATS[target.fp8_dtype])
+        return tensor.hp_tensor_and_scale_to_float8(ops.dyt(x, alpha, gamma, beta), torch.reciprocal(scale),
+                                                    target.fp8_dtype, target.linear_mm_config,
+                                                    tensor.GemmInputRole.INPUT)  # fmt: skip
+    return _DyTToFloat8.apply(x, alpha, gamma, beta, target)
+
+
+_METADATA_METHODS = {"size", "dim"}
+_METADATA_ATTRIBUTES = {"shape", "dtype", "device", "ndim"}
+
+
+def _input_scaling(linear) -> str | None:
+    """Why this Float8Linear cannot take a dyt-cast input, or None where it can: dynamic tensorwise
+    scaling of its input, for the output and for the weight gradient alike (it reuses the cast input)."""
+    float8, _ = _torchao()
+    config = linear.config
+    cast, cast_gw = config.cast_config_input, config.cast_config_input_for_grad_weight
+    tensorwise = float8.ScalingGranularity.TENSORWISE
+    if cast.scaling_type is not float8.ScalingType.DYNAMIC or cast.scaling_granularity is not tensorwise:
+        return f"its input is not cast with dynamic tensorwise scaling ({cast.short_str()})"
+    if cast_gw != cast:
+        return "its weight gradient casts the input otherwise than its output does"
+    if cast.target_dtype not in fp8.FORMATS:
+        return f"its input format {cast.target_dtype} is not one dyt writes"
+    return None
+
+
+class _Tracer(torch.fx.Tracer):
+    """Keeps DyT and the linear layers as single nodes, whatever package they come from."""
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        from dyt.module import DyT
+
+        return isinstance(m, (DyT, nn.Linear)) or super().is_leaf_module(m, qualname)
+
+
+def _consumers(model: nn.Module) -> tuple[dict[str, list], str | None]:
+    """{DyT qualname: [(kind, target, node is its first argument)] of every use of its output}, or the
+    reason torch.fx could not trace the model."""
+    from dyt.module import DyT
+
+    try:
+        graph = _Tracer().trace(model)
+    except Exception as err:  # noqa: BLE001 - any tracing failure means "not proven": keep 16 bits
+        return {}, f"torch.fx cannot trace the model ({type(err).__name__}: {str(err).splitlines()[0][:120]})"
+    modules = dict(model.named_modules())
+    uses: dict[str, list] = {}
+    for node in graph.nodes:
+        if node.op == "call_module" and isinstance(modules.get(node.target), DyT):
+            uses[node.target] = [_use(user, node, modules) for user in node.users]
+    return uses, None
+
+
+def _use(user, node, modules) -> tuple:
+    """One use of a norm's output: ('linear', qualname), ('metadata', name) or ('other', description)."""
+    first = bool(user.args) and user.args[0] is node
+    if user.op == "call_module" and first and type(modules.get(user.target)).__name__ == "Float8Linear":
+        return ("linear", user.target)
+    if user.op == "call_method" and first and user.target in _METADATA_METHODS:
+        return ("metadata", user.target)
+    attribute = user.op == "call_function" and user.target is getattr
+    if attribute and first and user.args[1] in _METADATA_ATTRIBUTES:
+        return ("metadata", user.args[1])
+    if user.op == "call_module":
+        return ("other", f"module {user.target} ({type(modules.get(user.target)).__name__})")
+    return ("other", f"{user.op} {getattr(user.target, '__name__', user.target)}")
+
+
+def convert_to_float8_training(model: nn.Module, *, config=None, module_filter_fn=None) -> Float8Conversion:
+    """torchao.float8.convert_to_float8_training(model, config=config, module_filter_fn=module_filter_fn),
+    then each DyT whose output feeds only Float8Linear layers that can take it writes FP8 (module docstring).
+    Returns the account of the norms; the model is converted in place."""
+    from dyt.module import DyT
+
+    float8, _ = _torchao()
+    float8.convert_to_float8_training(model, config=config, module_filter_fn=module_filter_fn)
+    norms = {name: m for name, m in model.named_modules() if isinstance(m, DyT)}
+    result = Float8Conversion(wired=[], kept={})
+    if not norms:
+        return result
+    uses, untraced = _consumers(model)
+    modules = dict(model.named_modules())
+    for name, norm in norms.items():
+        norm.float8_input = None
+        why = untraced or _why_kept(norm, uses.get(name), modules)
+        if why is not None:
+            result.kept[name] = why
+            continue
+        linears = [modules[target] for kind, target in uses[name] if kind == "linear"]
+        norm.float8_input = Float8Input(linears[0].config.cast_config_input.target_dtype,
+                                        linears[0].linear_mm_config)  # fmt: skip
+        result.wired.append(name)
+    return result
+
+
+def _why_kept(norm, uses, modules) -> str | None:
+    """Why a norm keeps its 16-bit output, or None where it can write FP8."""
+    if uses is None:
+        return "not called in the traced forward"
+    if not norm.channels_last:
+        return "channels-first: its consumers are not linear layers"
+    others = [what for kind, what in uses if kind == "other"]
+    if others:
+        return "its output also feeds " + ", ".join(others)
+    linears = [modules[target] for kind, target in uses if kind == "linear"]
+    if not linears:
+        return "its output feeds no Float8Linear"
+    for linear in linears:
+        why = _input_scaling(linear)
+        if why is not None:
+            return f"{type(linear).__name__} {why}"
+    first = linears[0]
+    if any(lin.linear_mm_config != first.linear_mm_config or
+           lin.config.cast_config_input != first.config.cast_config_input for lin in linears):  # fmt: skip
+        return "the linear layers it feeds cast their inputs differently"
+    return None
