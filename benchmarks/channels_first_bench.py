@@ -13,7 +13,7 @@ a graph (host included: where the host is slower than the GPU, it sets the pace)
 
 --sweep times dyt.launcher.forward / dyt.launcher.backward (channels_first=True) with the committed table
 ("committed"), and with each candidate of `python -m dyt tune --channels-first` as the widest 16-bit
-entries' "channels_first" field (dyt.planner.CHANNELS_FIRST) at every spatial size ("entry": the entry's
+entries' channels_first choice (dyt.planner.CHANNELS_FIRST) at every spatial size ("entry": the entry's
 own tile), through dyt.launcher.overrides(table=...), interleaved in rounds; the tuner times the same
 candidates, one class of spatial size at a time.
 """
@@ -90,7 +90,7 @@ def compare(ceiling_gbps: float) -> None:
                   f"{r[2]:6.3f} {host_fwd:8.1f} {host_both:8.1f}")  # fmt: skip
 
 
-def _with_variant(table: dict, mode: str, variant: dict | None) -> dict:
+def _with_variant(table: planner.LaunchTable, mode: str, variant) -> planner.LaunchTable:
     return table if variant is None else tune.with_channels_first(table, mode, variant)
 
 

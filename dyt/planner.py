@@ -2,10 +2,11 @@
 
 Pure Python (no Triton, no CUDA), so that every decision is unit-testable on any machine. The tile
 choice is data: a committed table per GPU architecture (dyt/tables/<arch>.json, written by
-`python -m dyt tune`), looked up by dtype bucket and width bucket; a forward entry may name other tiles for
-float32 parameters on 16-bit x and for folded rows (FP32_PARAMS, FOLDED) and tanh's polynomial
-(POLY_TERMS). Nothing here times anything, so two processes on the same GPU always choose the same kernels
-and get the same bits.
+`python -m dyt tune`), loaded once into typed records (dyt.launch_table: LaunchTable, ForwardEntry,
+BackwardEntry) and looked up by dtype bucket and width bucket; a forward entry may name other tiles for
+float32 parameters on 16-bit x, for folded rows and for channels-first rows (FP32_PARAMS, FOLDED,
+CHANNELS_FIRST) and tanh's polynomial (POLY_TERMS). Nothing here times anything, so two processes on the
+same GPU always choose the same kernels and get the same bits.
 
 One entry per direction: plan_forward and plan_backward. Each returns a plan whose KernelLaunch fields
 (grid, the integer arguments after the tensors, the compile-time constants in parameter order, warps,
@@ -20,6 +21,18 @@ import functools
 import json
 import math
 import pathlib
+
+from dyt import launch_table
+from dyt.launch_table import BackwardEntry, BackwardTile, ForwardEntry, ForwardTile, LaunchTable
+
+# The table's names that plans speak of (dyt.launch_table): tanh's polynomials and the variant tiles.
+POLY_TERMS = launch_table.POLY_TERMS
+FP32_PARAMS, FOLDED, CHANNELS_FIRST = (
+    launch_table.FP32_PARAMS,
+    launch_table.FOLDED,
+    launch_table.CHANNELS_FIRST,
+)
+VARIANTS = launch_table.VARIANTS
 
 TABLES = pathlib.Path(__file__).parent / "tables"
 INT32_LIMIT = 2**31 - 1
@@ -49,15 +62,22 @@ INTERPRETER_TANH_METHODS = {"poly_exp"}
 @dataclasses.dataclass(frozen=True)
 class Overrides:
     """Knobs for tests and tools: force int64 offsets on small shapes, pick the tanh method by name
-    (TANH_METHODS; None: the default), swap the table, shorten the backward's runs of tiles (so that small
-    shapes cross run boundaries), and fill every output and partial buffer with NaN before each launch
-    (poison: an unwritten element shows). dyt.launcher holds the process's current set."""
+    (TANH_METHODS; None: the default), swap the table (a LaunchTable), shorten the backward's runs of tiles
+    (so that small shapes cross run boundaries), and fill every output and partial buffer with NaN before
+    each launch (poison: an unwritten element shows). dyt.launcher holds the process's current set."""
 
     int64: bool = False
     tanh: str | None = None
-    table: dict | None = None
+    table: LaunchTable | None = None
     lane_run: int | None = None  # tiles per run of the backward's float32 sums (default LANE_RUN_TILES)
     poison: bool = False
+
+    def __post_init__(self):
+        if self.table is not None and not isinstance(self.table, LaunchTable):
+            got = type(self.table).__name__
+            raise TypeError(
+                f"Overrides.table takes a LaunchTable (LaunchTable.from_dict builds one), got {got}"
+            )
 
 
 DEFAULTS = Overrides()
@@ -126,7 +146,7 @@ class TilePlan:
     ragged: bool  # folded rows of which the last ends early (its columns masked by the element count)
     n_elements: int  # the element count the kernels mask the last folded row by (0 where not ragged)
     pdl: bool
-    poly_terms: int  # tanh's polynomial (dyt.kernels._tanh, _tanh_sech2): the table entry's "poly"
+    poly_terms: int  # tanh's polynomial (dyt.kernels._tanh, _tanh_sech2): the table entry's poly
 
     @property
     def path(self) -> str:
@@ -142,7 +162,7 @@ class TilePlan:
 class FwdPlan(TilePlan):
     """One tile per program; `kernel` is the launch of dyt_fwd_kernel."""
 
-    sign_select: bool  # how tanh takes its sign (dyt.kernels._tanh): the table entry's "sign"
+    sign_select: bool  # how tanh takes its sign (dyt.kernels._tanh): the table entry's sign
     kernel: KernelLaunch
 
 
@@ -160,7 +180,7 @@ class BwdPlan(TilePlan):
     finish_grid: tuple[int]
     lane_run: int  # tiles per run of a program's float32 sums (LANE_RUN_TILES): one partial row per run
     # Folded rows whose column blocks hold at most this many whole copies of the true width write them as
-    # partial rows for the finish to add (the table entry's "copies_as_rows", default 0): adding few copies
+    # partial rows for the finish to add (the table entry's copies_as_rows): adding few copies
     # after the loop can slow the loop itself (docs/kernels.md, "Folded rows").
     copies_as_rows: int
     copies_in_block: int  # see fold_copies_in_block
@@ -203,96 +223,64 @@ def dtype_bucket(itemsize: int) -> str:
 
 
 @functools.cache
-def load_table(arch: str) -> dict:
-    """The committed table for an architecture ('sm90', ...), else the default one: one dict per process,
-    shared by every plan, so a caller that changes a table changes a copy (copy.deepcopy; tests/conftest.py
-    fails a test that changes this one)."""
+def load_table(arch: str) -> LaunchTable:
+    """The committed table for an architecture ('sm90', ...), else the default one, as typed records
+    (dyt.launch_table), checked once: one immutable table per process, shared by every plan."""
     path = TABLES / f"{arch}.json"
     if not path.exists():
         path = TABLES / "default.json"
-    return json.loads(path.read_text())
+    data = json.loads(path.read_text())
+    return LaunchTable.from_dict(data, where=f"dyt/tables/{path.name}")
 
 
-def table_of(target: Target, overrides: Overrides) -> dict:
+def table_of(target: Target, overrides: Overrides) -> LaunchTable:
     """The table plans read: the overrides' swapped one, else the target's committed one."""
     return overrides.table if overrides.table is not None else load_table(target.arch)
 
 
-def table_entry(table: dict, mode: str, itemsize: int, width: int) -> dict:
-    """First entry of the mode's dtype bucket whose max_width holds this width (null = any width)."""
-    for entry in table[mode][dtype_bucket(itemsize)]:
-        if entry["max_width"] is None or width <= entry["max_width"]:
-            return entry
-    raise LookupError(f"launch table has no {mode} entry for width {width}")
+def table_entry(table: LaunchTable, mode: str, itemsize: int, width: int) -> ForwardEntry | BackwardEntry:
+    """First entry of the mode's dtype bucket whose max_width holds this width (None = any width)."""
+    return table.entry(mode, dtype_bucket(itemsize), width)
 
 
-# A forward entry's "fp32_params": the tile fields (and "min_elements") that replace the entry's own where
-# 16-bit x meets float32 gamma or beta on a problem of at least min_elements (Triton moves float32
-# parameters into the x tile's layout through shared memory; smaller programs wait less at its barriers).
-FP32_PARAMS = "fp32_params"
-# A forward entry's "folded": likewise, the tile of rows folded from a narrower width (gamma indexed modulo
-# that width, see fold_factor) from min_elements on. fp32_params comes first where both apply.
-FOLDED = "folded"
-# A forward or backward entry's "channels_first": likewise, the tile (backward: and programs_per_sm,
-# row_order, num_stages) of channels-first rows (a plan's channel_span), ahead of the other variants; a
-# list of such fields, each up to its "max_span" (null: any), chooses by the spatial size.
-CHANNELS_FIRST = "channels_first"
-VARIANTS = (FP32_PARAMS, FOLDED, CHANNELS_FIRST)
+def channels_first_variant(
+    entry: ForwardEntry | BackwardEntry, span: int
+) -> ForwardTile | BackwardTile | None:
+    """The entry's channels_first tile for rows of this spatial size (CHANNELS_FIRST), or None."""
+    return entry.channels_first_choice(span)
 
 
-def channels_first_variant(entry: dict, span: int) -> dict | None:
-    """The entry's channels_first fields for rows of this spatial size (CHANNELS_FIRST), or None."""
-    variant = entry.get(CHANNELS_FIRST)
-    if not span or not variant:
-        return None
-    if isinstance(variant, dict):
-        return variant
-    for choice in variant:
-        if choice.get("max_span") is None or span <= choice["max_span"]:
-            return {k: v for k, v in choice.items() if k != "max_span"}
-    return None
-
-
-# An entry's (or its variant's) "poly", forward or backward: the terms of tanh's polynomial near 0
-# (dyt.kernels._tanh, _tanh_sech2); 3 saves two FFMA per element. A variant tile without a "poly" of its own
-# runs its entry's, and an entry without one the first of these.
-POLY_TERMS = (5, 3)
+# An entry's (or its variant's) poly, forward or backward: the terms of tanh's polynomial near 0
+# (dyt.kernels._tanh, _tanh_sech2; POLY_TERMS); 3 saves two FFMA per element. A variant tile without a poly
+# of its own runs its entry's, and an entry without one in its file the first of POLY_TERMS.
 # tanh takes its polynomial below |z| = the limit of the polynomial with that many terms, and
 # 1 - 2 / (exp(2|z|) + 1) (the backward: 1 - h sech(z), h = exp(-|z|)) from there on (dyt.torch_path
 # switches its sech^2 formula at the 5-term limit).
 POLY_LIMITS = {5: 0.6, 3: 0.4}
 
 
-def poly_terms(entry: dict, mode: str) -> int:
-    """The entry's "poly" (POLY_TERMS[0] where it has none); mode names the table in the error."""
-    poly = entry.get("poly", POLY_TERMS[0])
-    if poly not in POLY_TERMS:
-        raise ValueError(f"launch table: a {mode} entry's poly must be one of {POLY_TERMS}, got {poly!r}")
-    return poly
-
-
 def forward_entry(
-    table: dict,
+    table: LaunchTable,
     itemsize: int,
     width: int,
     param_itemsize: int,
     n_elements: int,
     folded: bool = False,
     span: int = 0,
-) -> dict:
-    """The forward's table entry, with its channels_first (rows of spatial size span > 0), fp32_params or
-    folded tile where that applies (CHANNELS_FIRST, FP32_PARAMS, FOLDED); width is the width the kernel
-    sees (the folded one for folded rows)."""
+) -> ForwardEntry:
+    """The forward's table entry, running its channels_first (rows of spatial size span > 0), fp32_params or
+    folded tile where that applies (CHANNELS_FIRST, FP32_PARAMS, FOLDED: the first that applies, a tile
+    that names no field passing to the next); width is the width the kernel sees (the folded one for
+    folded rows)."""
     entry = table_entry(table, "fwd", itemsize, width)
     choices = (
-        (channels_first_variant(entry, span), True),
-        (entry.get(FP32_PARAMS), itemsize < 4 <= param_itemsize),
-        (entry.get(FOLDED), folded),
+        (entry.channels_first_choice(span), True),
+        (entry.fp32_params, itemsize < 4 <= param_itemsize),
+        (entry.folded, folded),
     )
     for variant, applies in choices:
-        if variant and applies and n_elements >= variant.get("min_elements", 0):
-            tile = {k: v for k, v in variant.items() if k != "min_elements"}
-            return {k: v for k, v in entry.items() if k not in VARIANTS} | tile
+        if variant is not None and not variant.empty and applies and n_elements >= variant.min_elements:
+            return entry.with_tile(variant)
     return entry
 
 
@@ -302,16 +290,16 @@ MAX_IDLE_COLUMNS = 1 / 8
 MIN_SPLIT_BLOCK_N = 128
 
 
-def tile_shape(entry: dict, width: int) -> tuple[int, int, int]:
+def tile_shape(entry: ForwardEntry | BackwardEntry, width: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, n_col_blocks): narrow rows shrink BLOCK_N to the width and stack more rows;
     a width far from a power of two is cut into equal power-of-two blocks rather than padded."""
-    tile = entry["BLOCK_M"] * entry["BLOCK_N"]
-    block_n = min(entry["BLOCK_N"], next_pow2(width))
+    tile = entry.BLOCK_M * entry.BLOCK_N
+    block_n = min(entry.BLOCK_N, next_pow2(width))
     idle = cdiv(width, block_n) * block_n - width
     divisor = width & -width  # the largest power of two that divides the width
     if idle > MAX_IDLE_COLUMNS * width and MIN_SPLIT_BLOCK_N <= divisor < block_n:
         block_n = divisor
-    block_m = entry["BLOCK_M"] if block_n == entry["BLOCK_N"] else max(1, tile // block_n)
+    block_m = entry.BLOCK_M if block_n == entry.BLOCK_N else max(1, tile // block_n)
     return block_m, block_n, cdiv(width, block_n)
 
 
@@ -378,9 +366,7 @@ def _folded_view(M: int, N: int, row_strides: tuple[int, ...], fold: int, gamma_
     return _View(cdiv(M * N, wide), wide, strides, N, ragged, M * N if ragged else 0, gamma_span)
 
 
-def _tile_fields(
-    entry, view: _View, tile, n_row_programs, target: Target, overrides: Overrides, mode: str
-) -> dict:
+def _tile_fields(entry, view: _View, tile, n_row_programs, target: Target, overrides: Overrides) -> dict:
     """The TilePlan fields both plans share, with the grid checked against CUDA's axis-0 limit."""
     block_m, block_n, n_col_blocks = tile
     n_programs = n_row_programs * n_col_blocks
@@ -388,12 +374,12 @@ def _tile_fields(
         raise ValueError(
             f"{view.M} x {view.N} needs {n_programs} programs, over the grid limit {GRID_X_LIMIT}"
         )
-    return dict(M=view.M, N=view.N, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=entry["num_warps"],
+    return dict(M=view.M, N=view.N, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=entry.num_warps,
                 n_col_blocks=n_col_blocks, grid=(n_programs,),
                 int64=needs_int64(view.M, view.N, view.row_strides, block_m, overrides.int64),
                 tanh=tanh_method(overrides, target.interpreter), gamma_period=view.gamma_period,
                 gamma_span=view.gamma_span, ragged=view.ragged, n_elements=view.n_elements,
-                pdl=target.pdl, poly_terms=poly_terms(entry, mode))  # fmt: skip
+                pdl=target.pdl, poly_terms=entry.poly)  # fmt: skip
 
 
 def plan_forward(
@@ -432,9 +418,9 @@ def plan_forward(
         if block_n % N == 0 or wide.N % block_n == 0:
             view, entry = wide, wide_entry
     tile = tile_shape(entry, view.N)
-    fields = _tile_fields(entry, view, tile, cdiv(view.M, tile[0]), target, overrides, "forward")
+    fields = _tile_fields(entry, view, tile, cdiv(view.M, tile[0]), target, overrides)
     poly = fields["poly_terms"]
-    sign_select = entry.get("sign", "select") == "select"
+    sign_select = entry.sign == "select"
     constexprs = (
         ("HAS_BETA", has_beta), ("BLOCK_M", tile[0]), ("BLOCK_N", tile[1]), ("N_COL_BLOCKS", tile[2]),
         ("INT64", fields["int64"]), ("TANH", fields["tanh"]), ("APPROX", not target.interpreter),
@@ -445,7 +431,7 @@ def plan_forward(
         grid=fields["grid"],
         scalars=(view.M, view.N, view.n_elements, *view.row_strides),
         constexprs=constexprs,
-        num_warps=entry["num_warps"],
+        num_warps=entry.num_warps,
         pdl=target.pdl,
     )
     return FwdPlan(**fields, sign_select=sign_select, kernel=kernel)
@@ -534,14 +520,17 @@ def channel_slots(block_n: int, span: int) -> int:
     return next_pow2((block_n - 1) // span + 2)
 
 
-def _channels_first_entry(entry: dict, span: int) -> dict:
-    """The backward entry with its channels_first variant (CHANNELS_FIRST), BLOCK_N cut to CF_SLOT_TILE."""
-    entry = entry | (channels_first_variant(entry, span) or {})
-    tile = entry["BLOCK_M"] * entry["BLOCK_N"]
-    block_n = entry["BLOCK_N"]
+@functools.lru_cache(maxsize=1024)
+def _channels_first_entry(entry: BackwardEntry, span: int) -> BackwardEntry:
+    """The backward entry running its channels_first tile (CHANNELS_FIRST), BLOCK_N cut to CF_SLOT_TILE."""
+    variant = entry.channels_first_choice(span)
+    if variant is not None:
+        entry = entry.with_tile(variant)
+    tile = entry.BLOCK_M * entry.BLOCK_N
+    block_n = entry.BLOCK_N
     while block_n > CF_MIN_BLOCK_N and channel_slots(block_n, span) * block_n > CF_SLOT_TILE:
         block_n //= 2
-    return entry | {"BLOCK_N": block_n, "BLOCK_M": max(1, tile // block_n)}
+    return dataclasses.replace(entry, BLOCK_N=block_n, BLOCK_M=max(1, tile // block_n))
 
 
 def fold_copies_in_block(block_n: int, gamma_period: int, copies_as_rows: int) -> int:
@@ -554,7 +543,7 @@ def fold_copies_in_block(block_n: int, gamma_period: int, copies_as_rows: int) -
 
 
 def _plan_backward_view(
-    table: dict, view: _View, itemsize: int, target: Target, overrides: Overrides
+    table: LaunchTable, view: _View, itemsize: int, target: Target, overrides: Overrides
 ) -> BwdPlan:
     M, N, period, span = view.M, view.N, view.gamma_period, view.gamma_span
     entry = table_entry(table, "bwd", itemsize, N)
@@ -566,17 +555,17 @@ def _plan_backward_view(
     # The table's programs per SM. Plain rows take fewer where programs would run under
     # MIN_TILES_PER_PROGRAM tiles, but one per SM where the tiles allow (4096 x 64 bf16 would otherwise run
     # 32 programs on 132 SMs); channels-first grids stay the table's (tune --channels-first chose them).
-    wanted = (entry["programs_per_sm"] * target.sm_count) // tile[2]
+    wanted = (entry.programs_per_sm * target.sm_count) // tile[2]
     if not span:
         wanted = min(wanted, max(cdiv(n_tiles, MIN_TILES_PER_PROGRAM), cdiv(target.sm_count, tile[2])))
     target_groups = max(1, min(wanted, n_tiles))
     tiles_per_program = cdiv(n_tiles, target_groups)
     n_groups = cdiv(n_tiles, tiles_per_program)
-    fields = _tile_fields(entry, view, tile, n_groups, target, overrides, "backward")
+    fields = _tile_fields(entry, view, tile, n_groups, target, overrides)
     lane_run = overrides.lane_run or LANE_RUN_TILES
     runs = cdiv(tiles_per_program, lane_run)
     n_programs = fields["grid"][0]
-    copies_as_rows = entry.get("copies_as_rows", 0)
+    copies_as_rows = entry.copies_as_rows
     copies_in_block = fold_copies_in_block(tile[1], period, copies_as_rows)
     # Rows of the partial buffers, per run of each program: one per row group; with folded rows added up
     # in registers, one per program; with folded rows written as they are, one per row group and copy (a
@@ -588,7 +577,7 @@ def _plan_backward_view(
     n_dalpha_partials = n_programs * runs
     param_width = (period or N) // max(span, 1)
     finish_g, finish_n = finish_tile(param_width, target.sm_count)
-    strided = entry.get("row_order", "chunked") == "strided"
+    strided = entry.row_order == "strided"
     main = KernelLaunch(
         grid=fields["grid"],
         scalars=(M, N, view.n_elements, *view.row_strides, tile[2], n_groups, tiles_per_program),
@@ -599,7 +588,7 @@ def _plan_backward_view(
             ("TANH", fields["tanh"]),
             ("APPROX", not target.interpreter),
             ("STRIDED", strided),
-            ("NUM_STAGES", entry["num_stages"]),
+            ("NUM_STAGES", entry.num_stages),
             ("EVEN_N", N % tile[1] == 0),
             ("GAMMA_PERIOD", period),
             ("RAGGED", view.ragged),
@@ -610,7 +599,7 @@ def _plan_backward_view(
             ("CHANNEL_SLOTS", slots),
             ("POLY_TERMS", fields["poly_terms"]),
         ),  # fmt: skip
-        num_warps=entry["num_warps"],
+        num_warps=entry.num_warps,
         pdl=False,  # onto an idle GPU: its persistent grid relies on an even spread of programs over SMs
     )
     if span:
@@ -644,7 +633,7 @@ def _plan_backward_view(
         n_groups=n_groups,
         tiles_per_program=tiles_per_program,
         strided=strided,
-        num_stages=entry["num_stages"],
+        num_stages=entry.num_stages,
         finish_block_g=finish_g,
         finish_block_n=finish_n,
         finish_grid=finish.grid,

@@ -214,26 +214,6 @@ def _gpu_share(request, record_property):
         )
 
 
-_COMMITTED_TABLES: dict = {}
-
-
-@pytest.fixture(autouse=True)
-def _tables_stay_as_committed():
-    """planner.load_table hands every caller one cached dict per architecture: a test that changed it in
-    place (instead of a copy) would change the plans of every later test in its process. Fails that test."""
-    import copy
-
-    from dyt import planner
-
-    if not _COMMITTED_TABLES:
-        _COMMITTED_TABLES.update(
-            {arch: copy.deepcopy(planner.load_table(arch)) for arch in ("sm90", "default")}
-        )
-    yield
-    for arch, committed in _COMMITTED_TABLES.items():
-        assert planner.load_table(arch) == committed, f"this test changed planner.load_table({arch!r})'s dict"
-
-
 @pytest.fixture(autouse=True)
 def _record(request, record_property):
     record_property("device", _device_label())

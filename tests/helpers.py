@@ -3,7 +3,7 @@ which the conformance checks use too), one call through dyt's public API, and dy
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
 
 import torch
@@ -68,9 +68,9 @@ def plans_for(shape, dtype):
     return planner.plan_forward(M, C, item, **where), planner.plan_backward(M, C, item, **where)
 
 
-def tile_of(entry: dict) -> tuple[int, int, int]:
+def tile_of(entry) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps) of a launch-table entry or of a variant tile in one."""
-    return entry["BLOCK_M"], entry["BLOCK_N"], entry["num_warps"]
+    return entry.BLOCK_M, entry.BLOCK_N, entry.num_warps
 
 
 def plan_tile(plan) -> tuple[int, int, int]:
@@ -78,26 +78,36 @@ def plan_tile(plan) -> tuple[int, int, int]:
     return plan.BLOCK_M, plan.BLOCK_N, plan.num_warps
 
 
-def table_with_forward_variant(field: str) -> dict:
-    """A copy of this device's committed table, or of sm90's where this device's 16-bit 1024 forward entry
-    has no `field` variant (planner.FP32_PARAMS, planner.FOLDED: the interpreter's default table has none),
-    for tests that make the variant apply at any size."""
+def table_with_forward_variant(field: str) -> planner.LaunchTable:
+    """This device's committed table, or sm90's where this device's 16-bit 1024 forward entry has no `field`
+    variant (planner.FP32_PARAMS, planner.FOLDED: the interpreter's default table has none), for tests that
+    make the variant apply at any size (with_variant_from)."""
     table = planner.load_table(target().arch)
-    if field not in planner.table_entry(table, "fwd", 2, planner.FOLD_WIDTH):
+    if getattr(planner.table_entry(table, "fwd", 2, planner.FOLD_WIDTH), field) is None:
         table = planner.load_table("sm90")
-    return copy.deepcopy(table)
-
-
-def with_poly(table: dict, terms: int, modes=("fwd",)) -> dict:
-    """The table with every entry of these modes, and every variant tile in it (channels_first's list
-    too), on `terms` polynomial terms."""
-    table = copy.deepcopy(table)
-    for mode in modes:
-        for entries in table[mode].values():
-            for entry in entries:
-                entry["poly"] = terms
-                for field in planner.VARIANTS:
-                    variant = entry.get(field)
-                    for tile in [variant] if isinstance(variant, dict) else variant or []:
-                        tile["poly"] = terms
     return table
+
+
+def with_variant_from(table: planner.LaunchTable, field: str, min_elements: int) -> planner.LaunchTable:
+    """The table with every forward `field` variant tile (fp32_params, folded) applying from min_elements."""
+
+    def change(entry):
+        tile = getattr(entry, field)
+        if tile is None:
+            return entry
+        return dataclasses.replace(entry, **{field: dataclasses.replace(tile, min_elements=min_elements)})
+
+    return table.map_entries(change, modes=("fwd",))
+
+
+def with_poly(table: planner.LaunchTable, terms: int, modes=("fwd",)) -> planner.LaunchTable:
+    """The table with every entry of these modes, and every variant tile in it (channels_first's choices
+    too), on `terms` polynomial terms."""
+
+    def change(entry):
+        variants = [f for f in (planner.FP32_PARAMS, planner.FOLDED) if getattr(entry, f, None) is not None]
+        tiles = {f: dataclasses.replace(getattr(entry, f), poly=terms) for f in variants}
+        choices = tuple(dataclasses.replace(c, poly=terms) for c in entry.channels_first)
+        return dataclasses.replace(entry, poly=terms, channels_first=choices, **tiles)
+
+    return table.map_entries(change, modes=modes)

@@ -177,14 +177,13 @@ MUTANTS: dict[str, Mutant] = {
                     "load_table",
                     (
                         (
-                            "    return json.loads(path.read_text())\n",
-                            "    table = json.loads(path.read_text())\n"
+                            "    data = json.loads(path.read_text())\n",
+                            "    data = json.loads(path.read_text())\n"
                             '    for mode in ("fwd", "bwd"):\n'
-                            "        for entries in table[mode].values():\n"
+                            "        for entries in data[mode].values():\n"
                             "            for entry in entries:\n"
                             f'                if (entry["max_width"] or 1 << 62) <= {NARROW_WIDTH}:\n'
-                            '                    entry["BLOCK_M"] = 1\n'
-                            "    return table\n",
+                            '                    entry["BLOCK_M"] = 1\n',
                             1,
                         ),
                     ),

@@ -10,6 +10,7 @@ padded tiles, the dtype contract, bitwise repeats and batch invariance, the laun
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -18,6 +19,7 @@ import torch
 
 import dyt
 from dyt import launcher, ops, planner
+from dyt.launch_table import BackwardTile
 from dyt.service.tune import with_channels_first
 
 from helpers import DTYPES, SM90, check_against_reference, make_inputs, on_gpu, with_poly
@@ -92,7 +94,7 @@ def test_values_with_the_sm90_channels_first_tiles(shape, dtype, seed):
     table = planner.load_table("sm90")
     x, dy, cl = _inputs(shape, DTYPES[dtype], seed=seed, param_dtype=torch.float32)
     L = math.prod(shape[2:])
-    entry = table["bwd"]["16bit" if dtype == "bf16" else "fp32"][-1]
+    entry = table.bwd["16bit" if dtype == "bf16" else "fp32"][-1]
     assert x[0].numel() > 8192 and (dtype == "fp32" or planner.channels_first_variant(entry, L) is not None)
     with launcher.overrides(table=table):
         check_against_reference(cl, _run(x, dy, cl))
@@ -107,7 +109,7 @@ SLOT_SHAPES = [(2, 200, 7, 7), (2, 64, 14, 14), (2, 1000, 3, 3)]
 def test_per_channel_sums_of_one_warp_tiles(shape, seed):
     """A one-warp channels_first backward tile adds its columns up per channel in the (CHANNEL_SLOTS x
     BLOCK_N) select at 4, 8 and 16 slots; against the reference."""
-    fields = {"BLOCK_M": 1, "BLOCK_N": 256, "num_warps": 1, "programs_per_sm": 16}
+    fields = BackwardTile(BLOCK_M=1, BLOCK_N=256, num_warps=1, programs_per_sm=16)
     table = with_channels_first(planner.load_table("sm90"), "bwd", fields)
     x, dy, cl = _inputs(shape, torch.bfloat16, seed=seed, param_dtype=torch.float32)
     with launcher.overrides(table=table):
@@ -345,28 +347,15 @@ def test_channels_first_rows_take_their_table_variant():
     """A table entry's channels_first tile applies to channels-first rows only; rows of the same width keep
     the entry's own tile (the committed sm90 table has one for its widest 16-bit forward entry)."""
     table = planner.load_table("sm90")
-    variant = planner.channels_first_variant(table["fwd"]["16bit"][-1], 3136)
+    widest = table.fwd["16bit"][-1]
+    variant = planner.channels_first_variant(widest, 3136)
     assert variant is not None, "the widest 16-bit forward entry has no channels_first tile for L = 3136"
     cf = planner.plan_forward(64, 96 * 3136, 2, channel_span=3136, target=SM90)
     rows = planner.plan_forward(64, 96 * 3136, 2, target=SM90)
-    assert (cf.BLOCK_M, cf.BLOCK_N, cf.num_warps) == (
-        variant["BLOCK_M"],
-        variant["BLOCK_N"],
-        variant["num_warps"],
-    )
-    assert (rows.BLOCK_M, rows.BLOCK_N) == (
-        table["fwd"]["16bit"][-1]["BLOCK_M"],
-        table["fwd"]["16bit"][-1]["BLOCK_N"],
-    )
-    swapped = {
-        **table,
-        "bwd": {
-            **table["bwd"],
-            "16bit": [
-                dict(e, channels_first={"BLOCK_M": 2, "programs_per_sm": 4}) for e in table["bwd"]["16bit"]
-            ],
-        },
-    }
+    assert (cf.BLOCK_M, cf.BLOCK_N, cf.num_warps) == (variant.BLOCK_M, variant.BLOCK_N, variant.num_warps)
+    assert (rows.BLOCK_M, rows.BLOCK_N) == (widest.BLOCK_M, widest.BLOCK_N)
+    one = (BackwardTile(BLOCK_M=2, programs_per_sm=4),)
+    swapped = table.map_entries(lambda e: dataclasses.replace(e, channels_first=one), modes=("bwd",))
     bwd = planner.plan_backward(
         64, 96 * 3136, 2, channel_span=3136, target=SM90, overrides=planner.Overrides(table=swapped)
     )
@@ -378,18 +367,18 @@ def test_channels_first_variants_choose_by_spatial_size():
     """A list of channels_first fields chooses by the spatial size (max_span): each choice serves the
     spans up to its max_span and the next one those past it; the committed sm90 backward is such a list,
     its neighbours distinct (tune.channels_first_field merges equal ones), the last without a max_span."""
-    entry = planner.load_table("sm90")["bwd"]["16bit"][-1]
-    choices = entry[planner.CHANNELS_FIRST]
-    assert isinstance(choices, list) and len(choices) >= 2 and choices[-1]["max_span"] is None
-    fields = [{k: v for k, v in c.items() if k != "max_span"} for c in choices]
+    entry = planner.load_table("sm90").bwd["16bit"][-1]
+    choices = entry.channels_first
+    assert len(choices) >= 2 and choices[-1].max_span is None
+    fields = [dataclasses.replace(c, max_span=None) for c in choices]
     assert all(a != b for a, b in itertools.pairwise(fields)), "neighbouring classes with one choice merge"
     assert planner.channels_first_variant(entry, 0) is None
     for i, choice in enumerate(choices[:-1]):
-        assert planner.channels_first_variant(entry, choice["max_span"]) == fields[i]
-        assert planner.channels_first_variant(entry, choice["max_span"] + 1) == fields[i + 1]
+        assert planner.channels_first_variant(entry, choice.max_span) == fields[i]
+        assert planner.channels_first_variant(entry, choice.max_span + 1) == fields[i + 1]
     for C, L in ((768, 49), (384, 196), (192, 784), (96, 3136)):
         chosen = planner.channels_first_variant(entry, L)
         plan = planner.plan_backward(64, C * L, 2, channel_span=L, target=SM90)
-        tile = (chosen.get("BLOCK_M", entry["BLOCK_M"]), chosen.get("BLOCK_N", entry["BLOCK_N"]))
+        tile = (chosen.BLOCK_M or entry.BLOCK_M, chosen.BLOCK_N or entry.BLOCK_N)
         assert plan.BLOCK_M * plan.BLOCK_N == tile[0] * tile[1] and plan.BLOCK_N <= tile[1], (plan, tile)
-        assert plan.num_warps == chosen.get("num_warps", entry["num_warps"]), (plan, chosen)
+        assert plan.num_warps == (chosen.num_warps or entry.num_warps), (plan, chosen)

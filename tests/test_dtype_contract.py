@@ -11,6 +11,7 @@ import torch
 import dyt
 from dyt import launcher, planner
 from dyt.conformance.tolerances import assert_close
+from dyt.launch_table import BackwardEntry, ForwardEntry, ForwardTile, LaunchTable
 
 from helpers import (
     DTYPES,
@@ -24,6 +25,7 @@ from helpers import (
     table_with_forward_variant,
     target,
     tile_of,
+    with_variant_from,
 )
 from paths import PATHS, assert_path, path_context
 
@@ -78,28 +80,28 @@ def test_float32_parameters_take_the_entrys_fp32_params_tile_from_its_size_on(wi
     entry their folded rows use."""
     table = planner.load_table("sm90")
     entry = planner.table_entry(table, "fwd", 2, max(width, planner.FOLD_WIDTH))
-    big = entry[planner.FP32_PARAMS]["min_elements"]
+    big = entry.fp32_params.min_elements
     assert big == 2**24
     own = tile_of(entry)
-    assert tile_of(entry[planner.FP32_PARAMS]) != own
+    assert tile_of(entry.fp32_params) != own
 
     def tile(rows, itemsize, param_itemsize):
         plan = planner.plan_forward(rows, width, itemsize, param_itemsize=param_itemsize, target=SM90)
         assert plan.gamma_period == (width if width < planner.FOLD_WIDTH else 0)
         assert plan.BLOCK_M * plan.N // plan.param_width * plan.grid[0] // plan.n_col_blocks >= rows
-        return plan.BLOCK_M, min(plan.BLOCK_N, entry["BLOCK_N"]), plan.num_warps
+        return plan.BLOCK_M, min(plan.BLOCK_N, entry.BLOCK_N), plan.num_warps
 
     rows = big // width
-    assert tile(rows, 2, 4) == tile_of(entry[planner.FP32_PARAMS])
-    assert tile(4 * rows, 2, 4) == tile_of(entry[planner.FP32_PARAMS])
+    assert tile(rows, 2, 4) == tile_of(entry.fp32_params)
+    assert tile(4 * rows, 2, 4) == tile_of(entry.fp32_params)
     # 16-bit parameters: the entry's own tile, or on folded rows its folded tile (same threshold on sm90)
-    folded = entry.get(planner.FOLDED) if width < planner.FOLD_WIDTH else None
+    folded = entry.folded if width < planner.FOLD_WIDTH else None
     unmixed = tile_of(folded) if folded else own
     assert tile(rows, 2, 2) == unmixed
     assert tile(rows, 2, None) == unmixed
     assert tile(rows - 1, 2, 4) == own
     fp32_entry = planner.table_entry(table, "fwd", 4, max(width, planner.FOLD_WIDTH))
-    assert planner.FP32_PARAMS not in fp32_entry
+    assert fp32_entry.fp32_params is None
     assert tile(rows, 4, 4) == tile_of(fp32_entry)
 
 
@@ -107,10 +109,9 @@ def test_the_launcher_plans_by_the_widest_of_gamma_and_beta():
     """launcher.forward_plan passes the wider of gamma's and beta's element sizes: one float32 parameter is
     enough for the fp32_params tile. Plans for parameters no wider than x are x's own plan (a second
     object would compile and cache its launches again: the direct-launch test looks them up by x)."""
-    variant = {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 2, "min_elements": 640}
-    entry = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 64, "num_warps": 4, "sign": "select",
-             planner.FP32_PARAMS: variant}  # fmt: skip
-    table = {"fwd": {"16bit": [entry], "fp32": [entry]}}
+    variant = ForwardTile(BLOCK_M=2, BLOCK_N=64, num_warps=2, min_elements=640)
+    entry = ForwardEntry(max_width=None, BLOCK_M=4, BLOCK_N=64, num_warps=4, fp32_params=variant)
+    table = LaunchTable.single(entry, planner.load_table("default").bwd["16bit"][-1])
     x = torch.empty(10, 64, dtype=torch.bfloat16)
     half, full = torch.empty(64, dtype=torch.bfloat16), torch.empty(64)
     with launcher.overrides(table=table):
@@ -130,15 +131,12 @@ def test_fp32_params_tile_matches_the_reference(rows, width, x_dtype, seed):
     """The committed table's fp32_params tiles, made to apply at any size, on 16-bit x with float32
     parameters: folded rows, whole 1024-column rows, and 5000 columns in 1024-wide blocks (the last one
     padded)."""
-    table = table_with_forward_variant(planner.FP32_PARAMS)
-    for entry in table["fwd"]["16bit"]:
-        if planner.FP32_PARAMS in entry:
-            entry[planner.FP32_PARAMS]["min_elements"] = 1
+    table = with_variant_from(table_with_forward_variant(planner.FP32_PARAMS), planner.FP32_PARAMS, 1)
     inp = make_inputs((rows, width), DTYPES[x_dtype], seed=seed, param_dtype=torch.float32)
     with launcher.overrides(table=table):
         plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
         wide = planner.table_entry(table, "fwd", 2, plan.N)
-        assert plan_tile(plan) == tile_of(wide[planner.FP32_PARAMS]), plan
+        assert plan_tile(plan) == tile_of(wide.fp32_params), plan
         assert plan.gamma_period == (64 if width == 64 else 0)
         check_against_reference(inp, run(inp))
 
@@ -150,16 +148,17 @@ def test_fp32_params_tile_at_its_threshold(seed):
     inp = make_inputs((4096, 4096), torch.bfloat16, seed=seed, param_dtype=torch.float32)
     plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
     entry = planner.table_entry(planner.load_table(target().arch), "fwd", 2, 4096)
-    if planner.FP32_PARAMS in entry:
-        assert plan_tile(plan) == tile_of(entry[planner.FP32_PARAMS]), plan
+    if entry.fp32_params is not None:
+        assert plan_tile(plan) == tile_of(entry.fp32_params), plan
     check_against_reference(inp, run(inp))
 
 
 # One program per SM over 1 x 16 tiles: RUN_TILES tiles per program.
 RUN_TILES = 1024
-_ONE_PER_SM = {"max_width": None, "BLOCK_M": 1, "BLOCK_N": 16, "num_warps": 1, "programs_per_sm": 1,
-               "row_order": "chunked", "num_stages": 2, "sign": "select"}  # fmt: skip
-ONE_PROGRAM_PER_SM = {mode: {b: [_ONE_PER_SM] for b in ("16bit", "fp32")} for mode in ("fwd", "bwd")}
+ONE_PROGRAM_PER_SM = LaunchTable.single(
+    ForwardEntry(max_width=None, BLOCK_M=1, BLOCK_N=16, num_warps=1),
+    BackwardEntry(max_width=None, BLOCK_M=1, BLOCK_N=16, num_warps=1, programs_per_sm=1, num_stages=2),
+)
 # A float32 whose running sum rounds the same way at every addition once past 512 of them: 1024 additions
 # are 1.53e-5 low (the contract allows 1e-5), 256 are exact (float32 sums emulated in numpy). Scaled by
 # powers of two, it keeps that.

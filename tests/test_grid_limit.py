@@ -9,6 +9,7 @@ import torch
 import dyt
 from dyt import launcher, planner, reference
 from dyt.conformance.tolerances import assert_close
+from dyt.launch_table import BackwardEntry, ForwardEntry, LaunchTable
 
 from helpers import DTYPES, SM90, check_against_reference, device, make_inputs, plans_for, run, target
 from paths import PATHS, assert_path, path_context
@@ -256,7 +257,7 @@ def test_more_than_two_to_the_31_elements(seed):
 def test_widths_far_from_a_power_of_two_split_into_equal_blocks(width, block_n, blocks):
     """768 columns in one 1024-wide block would leave a quarter of every tile idle: three blocks of 256
     do not. Widths without a large power-of-two divisor (100, 5000) keep their padded blocks."""
-    entry = {"BLOCK_M": 4, "BLOCK_N": 1024, "num_warps": 4}
+    entry = ForwardEntry(max_width=None, BLOCK_M=4, BLOCK_N=1024, num_warps=4)
     block_m, got_n, got_blocks = planner.tile_shape(entry, width)
     assert (got_n, got_blocks) == (block_n, blocks)
     assert block_m * got_n == 4 * 1024, "the tile keeps its size"
@@ -271,10 +272,10 @@ def test_both_row_orders_and_the_masked_tail(order, width, dtype, lane_run, seed
     tiles (the unmasked, pipelined loop), a last tile that is partial, and tiles past M (the masked loop);
     at 100 columns every tile is masked. With runs of 2 tiles (dyt.planner.LANE_RUN_TILES, shortened), the
     sums restart inside both loops and each run writes its own partials."""
-    bwd = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 128 if width > 64 else 64, "num_warps": 4,
-           "programs_per_sm": 2, "row_order": order, "num_stages": 3}  # fmt: skip
-    fwd = {"max_width": None, "BLOCK_M": 4, "BLOCK_N": 128, "num_warps": 4}
-    table = {"fwd": {"16bit": [fwd], "fp32": [fwd]}, "bwd": {"16bit": [bwd], "fp32": [bwd]}}
+    bwd = BackwardEntry(max_width=None, BLOCK_M=4, BLOCK_N=128 if width > 64 else 64, num_warps=4,
+                        programs_per_sm=2, row_order=order, num_stages=3)  # fmt: skip
+    fwd = ForwardEntry(max_width=None, BLOCK_M=4, BLOCK_N=128, num_warps=4)
+    table = LaunchTable.single(fwd, bwd)
     # S SMs: 6S + 3 tiles dealt to S groups of 7 (the last run passes M unless 7 divides 6S + 3; not for
     # S = 4, the interpreter, or 132, an H100/H200); the last tile holds one row.
     rows = 4 * (6 * target().sm_count + 2) + 1
@@ -298,9 +299,11 @@ def test_runs_of_tiles_on_folded_rows(width, dtype, seed):
     (64 columns in 1024-wide blocks) or written as rows (256 in 1024-wide blocks: a few whole copies, see
     the entry's copies_as_rows; 768 in 3072-wide rows of 1024-wide blocks); the last folded row ends
     early."""
-    entry = {"max_width": None, "BLOCK_M": 2, "BLOCK_N": 1024, "num_warps": 4, "programs_per_sm": 1,
-             "row_order": "chunked", "num_stages": 2, "sign": "select", "copies_as_rows": 4}  # fmt: skip
-    table = {mode: {b: [entry] for b in ("16bit", "fp32")} for mode in ("fwd", "bwd")}
+    table = LaunchTable.single(
+        ForwardEntry(max_width=None, BLOCK_M=2, BLOCK_N=1024, num_warps=4),
+        BackwardEntry(max_width=None, BLOCK_M=2, BLOCK_N=1024, num_warps=4, programs_per_sm=1, num_stages=2,
+                      copies_as_rows=4),
+    )  # fmt: skip
     sms = target().sm_count
     fold = {64: 16, 256: 4, 768: 4}[width]
     rows = fold * (14 * sms - 1) + fold // 2  # 14 S folded rows, the last one in half

@@ -3,7 +3,7 @@ parameters, ranks, layouts, and through every API (functional, module, torch.com
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import inspect
 import os
 import subprocess
@@ -31,6 +31,7 @@ from helpers import (
     target,
     tile_of,
     with_poly,
+    with_variant_from,
 )
 from paths import PATHS, assert_path, path_context
 
@@ -467,10 +468,10 @@ def test_folded_rows_take_the_entrys_folded_tile_from_its_size_on(width):
     entry's own width, float32 x keep the entry's tile, and float32 parameters take fp32_params first."""
     table = planner.load_table("sm90")
     entry = planner.table_entry(table, "fwd", 2, planner.FOLD_WIDTH)
-    big = entry[planner.FOLDED]["min_elements"]
+    big = entry.folded.min_elements
     assert big == 2**24
     own = tile_of(entry)
-    assert tile_of(entry[planner.FOLDED]) != own
+    assert tile_of(entry.folded) != own
 
     def tile(rows, n, itemsize=2, param_itemsize=None):
         plan = planner.plan_forward(rows, n, itemsize, param_itemsize=param_itemsize, target=SM90)
@@ -478,27 +479,34 @@ def test_folded_rows_take_the_entrys_folded_tile_from_its_size_on(width):
         return plan_tile(plan)
 
     rows = big // width
-    assert tile(rows, width) == tile_of(entry[planner.FOLDED])
+    assert tile(rows, width) == tile_of(entry.folded)
     # the folded tile's polynomial (3 terms on sm90) comes with it, as fp32_params' does; the entry's own
     # plans keep 5, and a variant without a poly of its own runs its entry's
     poly = planner.plan_forward(rows, width, 2, target=SM90).poly_terms
-    assert poly == entry[planner.FOLDED].get("poly", 5) == 3
+    assert poly == entry.folded.poly == 3 and entry.poly == 5
     assert planner.plan_forward(rows - 1, width, 2, target=SM90).poly_terms == 5
     mixed_plan = planner.plan_forward(rows, width, 2, param_itemsize=4, target=SM90)
-    assert mixed_plan.poly_terms == entry[planner.FP32_PARAMS]["poly"] == 3
-    own_poly = copy.deepcopy(table)
-    del planner.table_entry(own_poly, "fwd", 2, planner.FOLD_WIDTH)[planner.FP32_PARAMS]["poly"]
+    assert mixed_plan.poly_terms == entry.fp32_params.poly == 3
+
+    def without_poly(e):
+        return (
+            e
+            if e is not entry
+            else dataclasses.replace(e, fp32_params=dataclasses.replace(e.fp32_params, poly=None))
+        )
+
+    own_poly = table.map_entries(without_poly, modes=("fwd",), buckets=("16bit",))
     variant_poly_removed = planner.Overrides(table=own_poly)
     assert (
         planner.plan_forward(rows, width, 2, param_itemsize=4, overrides=variant_poly_removed).poly_terms == 5
     )
-    assert tile(4 * rows, width) == tile_of(entry[planner.FOLDED])
+    assert tile(4 * rows, width) == tile_of(entry.folded)
     assert tile(rows - 1, width) == own
     assert tile(4 * big // planner.FOLD_WIDTH, planner.FOLD_WIDTH) == own  # not folded: the entry's own width
-    mixed = entry[planner.FP32_PARAMS]
+    mixed = entry.fp32_params
     assert tile(rows, width, 2, 4) == tile_of(mixed)
     fp32_entry = planner.table_entry(table, "fwd", 4, planner.FOLD_WIDTH)
-    assert planner.FOLDED not in fp32_entry
+    assert fp32_entry.folded is None
     assert tile(rows, width, 4) == tile_of(fp32_entry)
 
 
@@ -513,17 +521,17 @@ def test_folded_tile_gives_the_bits_of_the_entrys_own(rows, width, dtype, alpha,
     table = table_with_forward_variant(planner.FOLDED)
     own = planner.table_entry(table, "fwd", 2, planner.FOLD_WIDTH)
     own_tile = tile_of(own)
-    without = copy.deepcopy(table)  # the entry's own tile, on the folded tile's polynomial
-    for entry in without["fwd"]["16bit"]:
-        variant = entry.pop(planner.FOLDED, None)
-        if variant:
-            entry["poly"] = variant.get("poly", 5)
-    for entry in table["fwd"]["16bit"]:
-        if planner.FOLDED in entry:
-            entry[planner.FOLDED]["min_elements"] = 1
+
+    def without_folded(entry):  # the entry's own tile, on the folded tile's polynomial
+        if entry.folded is None:
+            return entry
+        return dataclasses.replace(entry, folded=None, poly=entry.folded.poly or entry.poly)
+
+    without = table.map_entries(without_folded, modes=("fwd",), buckets=("16bit",))
+    table = with_variant_from(table, planner.FOLDED, 1)
     inp = make_inputs((rows, width), DTYPES[dtype], seed=seed, alpha=alpha)
     ys = []
-    for tab, want in ((table, tile_of(own[planner.FOLDED])), (without, own_tile)):
+    for tab, want in ((table, tile_of(own.folded)), (without, own_tile)):
         with launcher.overrides(table=tab):
             plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
             assert (*plan_tile(plan), plan.gamma_period) == (*want, width), plan
@@ -541,8 +549,8 @@ def test_folded_tile_at_its_threshold(seed):
     plan = launcher.forward_plan(inp.x.detach(), inp.gamma, inp.beta)
     entry = planner.table_entry(planner.load_table(target().arch), "fwd", 2, plan.N)
     assert plan.gamma_period == 64
-    if planner.FOLDED in entry:
-        assert plan_tile(plan) == tile_of(entry[planner.FOLDED]), plan
+    if entry.folded is not None:
+        assert plan_tile(plan) == tile_of(entry.folded), plan
     check_against_reference(inp, run(inp))
 
 
@@ -558,7 +566,7 @@ def test_both_forward_sign_forms_give_the_same_bits(path, dtype, seed):
     ys = []
     for sign in ("select", "bitwise"):
         table = planner.load_table(target().arch)
-        table = {**table, "fwd": {b: [{**e, "sign": sign} for e in es] for b, es in table["fwd"].items()}}
+        table = table.map_entries(lambda e, sign=sign: dataclasses.replace(e, sign=sign), modes=("fwd",))
         with path_context(path), launcher.overrides(table=table):
             assert plans_for((37, width), dt)[0].sign_select == (sign == "select")
             outs = run(inp)
@@ -589,12 +597,11 @@ def test_both_polynomials_meet_the_contract(mode, terms, dtype, seed):
 
 @pytest.mark.parametrize(("mode", "name"), [("fwd", "forward"), ("bwd", "backward")])
 def test_an_entrys_poly_must_be_known(mode, name):
-    table = copy.deepcopy(planner.load_table("sm90"))
-    for entry in table[mode]["16bit"]:
-        entry["poly"] = 4
-    plan = planner.plan_forward if mode == "fwd" else planner.plan_backward
-    with launcher.overrides(table=table), pytest.raises(ValueError, match=f"a {name} entry's poly must"):
-        plan(4096, 64, 2, target=SM90, overrides=launcher.current_overrides())
+    """A table entry's poly is one of POLY_TERMS: an entry naming another is refused where it is made, so no
+    plan can take it."""
+    table = planner.load_table("sm90")
+    with pytest.raises(ValueError, match=f"a {name} entry's poly must be one of"):
+        table.map_entries(lambda e: dataclasses.replace(e, poly=4), modes=(mode,))
 
 
 @pytest.mark.parametrize("terms", planner.POLY_TERMS)

@@ -5,6 +5,8 @@
 - Code and docs describe the project in present tense: no citations of a version diary ("NOTES.md vN"),
   no words about how the work was organised (numbered work periods, borrowed machines, their time budgets).
 - Operator code states contracts, not measurements: no microsecond figures and no commit SHAs in it.
+- The launch tables (dyt/tables/*.json) hold launch choices only: what was measured, and where, is the
+  tuner's report's and the docs'.
 - reports/ tracks its README and one current baseline per GPU model, named after that model.
 - The scripts outside the package (benchmarks/, ci/) use dyt's public names only: no `from dyt.x import
   _name`, no private module (`import dyt._x`), no `<a name bound to dyt>._name`.
@@ -99,11 +101,16 @@ def test_operator_code_states_contracts_not_measurements():
     assert not offenders, "\n".join(offenders)
 
 
-def test_the_launch_tables_carry_a_one_line_provenance():
+def test_the_launch_tables_hold_launch_choices_only():
+    """dyt/tables/*.json hold launch choices: each loads into dyt.launch_table's records, which take no other
+    key (no measured times, no provenance note: `python -m dyt tune`'s report and docs/kernels.md hold
+    those), and no commit hash appears in them."""
+    from dyt.launch_table import LaunchTable
+
     for path in sorted((ROOT / "dyt" / "tables").glob("*.json")):
-        note = json.loads(path.read_text()).get("note", "")
-        assert note and "\n" not in note and len(note) <= 300, f"{path.name}: note of {len(note)} characters"
-        assert not DIARY.search(note), f"{path.name}: {note}"
+        text = path.read_text()
+        LaunchTable.from_dict(json.loads(text), where=f"dyt/tables/{path.name}")
+        assert not SHA.search(text), f"{path.name}: {SHA.search(text).group()}"
 
 
 def test_reports_track_one_baseline_and_one_conformance_verdict_per_gpu_model():

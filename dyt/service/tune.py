@@ -1,7 +1,12 @@
 """Timing-based tuning, opt-in and offline: measures candidate tiles per (mode, dtype, width bucket) on
 the GPU at hand and writes the launch table (dyt/tables/<arch>.json) that every later run reads without
-timing anything. `python -m dyt tune [--out PATH] [--budget-s S] [--buckets 16bit,fp32]`. A backward
-candidate whose programs per SM exceed what an SM holds at once is skipped, not timed (overfull).
+timing anything. `python -m dyt tune [--out PATH] [--report PATH] [--budget-s S] [--buckets 16bit,fp32]`.
+A backward candidate whose programs per SM exceed what an SM holds at once is skipped, not timed
+(overfull).
+
+The table holds launch choices only (dyt.launch_table). What a run measured, and where (the command, GPU,
+commit and environment), goes to its report: reports/tune/<arch>-<kind>.json (kind: rows, channels_first,
+poly; --report elsewhere), one record per choice made with its times.
 
 `python -m dyt tune --channels-first` times the channels_first fields instead (dyt.planner.CHANNELS_FIRST:
 the tiles of contiguous (N, C, H, W) rows) at ConvNeXt's stage shapes, one choice per class of spatial
@@ -16,17 +21,32 @@ their CF_SHAPES.
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import functools
 import json
+import os
 import pathlib
 import statistics
+import sys
 import time
 
 from dyt import planner
+from dyt.launch_table import (
+    BUCKETS,
+    CHANNELS_FIRST,
+    FOLDED,
+    FP32_PARAMS,
+    BackwardEntry,
+    BackwardTile,
+    ForwardEntry,
+    ForwardTile,
+    LaunchTable,
+)
 from dyt.service.bench import BANDWIDTH_ELEMENTS
-from dyt.service.env import git_sha
+from dyt.service.env import collect_env, git_sha
+from dyt.service.files import write_atomic
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # 768 (a common model width) has its own bucket: it runs as 3 x 256 column blocks (dyt.planner.tile_shape).
 WIDTH_BUCKETS = [64, 128, 256, 512, 768, 1024, 2048, 4096, 8192, None]
@@ -43,14 +63,14 @@ WIDE_FROM = {"fwd": 2048, "bwd": 2048}  # fwd from 2048: 1x1024x4 beat 2x2048x8 
 PROGRAMS_PER_SM = [2, 3, 4, 6, 8]  # 2: 4x1024 backward tiles (255 registers, docs/kernels.md)
 NUM_STAGES = [3, 4]  # the backward loop's pipelining depth (dyt.kernels.dyt_bwd_kernel)
 SIGNS = ["select", "bitwise"]  # how the forward's tanh takes its sign (dyt.kernels._tanh)
-POLYS = [{}, {"poly": 3}]  # the forward tanh's polynomial (dyt.planner.POLY_TERMS): 5 terms (no field) or 3
+POLYS = planner.POLY_TERMS  # the forward tanh's polynomial (dyt.planner.POLY_TERMS): 5 terms or 3
 ROW_ORDERS = ["chunked", "strided"]  # the backward's persistent loop: see dyt.kernels.dyt_bwd_kernel
 # Fields a bucket keeps from its current entry: "copies_as_rows" and "folded" matter only where the entry
 # serves folded narrower widths (dyt.planner.BwdPlan, dyt.planner.FOLDED), "fp32_params" only with float32
 # parameters on 16-bit x (dyt.planner.FP32_PARAMS), "channels_first" only on channels-first rows
 # (dyt.planner.CHANNELS_FIRST; benchmarks/channels_first_bench.py --sweep); timing the bucket's own width
 # in one dtype sees none.
-HAND_SET = ("copies_as_rows", planner.FP32_PARAMS, planner.FOLDED, planner.CHANNELS_FIRST)
+HAND_SET = ("copies_as_rows", FP32_PARAMS, FOLDED, CHANNELS_FIRST)
 # The backward's candidates leave the polynomial out (`--poly` chooses it at two sizes): a backward retune
 # keeps each bucket's "poly" too.
 BWD_KEPT = ("poly",)
@@ -66,87 +86,88 @@ CF_SHAPES = {
     1024: [(64, 192, 28, 28), (8, 192, 28, 28)],
     None: [(64, 96, 56, 56), (8, 96, 56, 56)],
 }
-# The candidate fields ({}: the entry's own tile). The backward's BLOCK_N is cut further by the slot rule
-# (dyt.planner.CF_SLOT_TILE); 1 x 1024 takes 80 registers on 4 warps, so 6 programs fill an SM.
+# The candidate tiles (one naming no field: the entry's own tile). The backward's BLOCK_N is cut further by
+# the slot rule (dyt.planner.CF_SLOT_TILE); 1 x 1024 takes 80 registers on 4 warps, so 6 programs fill an SM.
 _ONE_WARP = {"num_warps": 1, "poly": 3}
+_F, _B = ForwardTile, BackwardTile
 CF_CANDIDATES = {
     "fwd": [
-        {},
-        {"BLOCK_M": 8, "BLOCK_N": 512, "num_warps": 4},
-        {"BLOCK_M": 8, "BLOCK_N": 256, "num_warps": 4},
-        {"BLOCK_M": 16, "BLOCK_N": 512, "num_warps": 8},
-        {"BLOCK_M": 8, "BLOCK_N": 1024, "num_warps": 8},
-        {"BLOCK_M": 4, "BLOCK_N": 512, "num_warps": 4},
-        {"BLOCK_M": 4, "BLOCK_N": 512, "num_warps": 2},
-        {"BLOCK_M": 4, "BLOCK_N": 256, "num_warps": 2},
+        _F(),
+        _F(BLOCK_M=8, BLOCK_N=512, num_warps=4),
+        _F(BLOCK_M=8, BLOCK_N=256, num_warps=4),
+        _F(BLOCK_M=16, BLOCK_N=512, num_warps=8),
+        _F(BLOCK_M=8, BLOCK_N=1024, num_warps=8),
+        _F(BLOCK_M=4, BLOCK_N=512, num_warps=4),
+        _F(BLOCK_M=4, BLOCK_N=512, num_warps=2),
+        _F(BLOCK_M=4, BLOCK_N=256, num_warps=2),
     ],
     "bwd": [
-        {},
-        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6, "num_stages": 4},
-        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6},
-        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 8},
-        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_stages": 4},
-        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 16, "num_stages": 4},
-        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_warps": 2, "num_stages": 4},
-        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 16, "num_warps": 2},
-        {"BLOCK_M": 2, "BLOCK_N": 1024, "programs_per_sm": 8},
-        {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 8, "num_stages": 4},
-        {"BLOCK_M": 1, "BLOCK_N": 512, "programs_per_sm": 16, "num_warps": 2, "num_stages": 4},
-        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 16, "num_warps": 2, "num_stages": 4},
-        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 2, "num_stages": 4},
-        {"BLOCK_M": 2, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 1, "num_stages": 4},
+        _B(),
+        _B(BLOCK_M=1, BLOCK_N=1024, programs_per_sm=6, num_stages=4),
+        _B(BLOCK_M=1, BLOCK_N=1024, programs_per_sm=6),
+        _B(BLOCK_M=1, BLOCK_N=1024, programs_per_sm=8),
+        _B(BLOCK_M=1, BLOCK_N=1024, programs_per_sm=12, num_stages=4),
+        _B(BLOCK_M=1, BLOCK_N=1024, programs_per_sm=16, num_stages=4),
+        _B(BLOCK_M=1, BLOCK_N=1024, programs_per_sm=12, num_warps=2, num_stages=4),
+        _B(BLOCK_M=1, BLOCK_N=1024, programs_per_sm=16, num_warps=2),
+        _B(BLOCK_M=2, BLOCK_N=1024, programs_per_sm=8),
+        _B(BLOCK_M=1, BLOCK_N=512, programs_per_sm=8, num_stages=4),
+        _B(BLOCK_M=1, BLOCK_N=512, programs_per_sm=16, num_warps=2, num_stages=4),
+        _B(BLOCK_M=1, BLOCK_N=256, programs_per_sm=16, num_warps=2, num_stages=4),
+        _B(BLOCK_M=1, BLOCK_N=256, programs_per_sm=24, num_warps=2, num_stages=4),
+        _B(BLOCK_M=2, BLOCK_N=256, programs_per_sm=24, num_warps=1, num_stages=4),
         # the 3-term polynomial (dyt.planner.POLY_TERMS) on the tiles above that the sweep chose
-        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 2, "num_stages": 4, "poly": 3},
-        {"BLOCK_M": 2, "BLOCK_N": 256, "programs_per_sm": 24, "num_warps": 1, "num_stages": 4, "poly": 3},
-        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 12, "num_warps": 2, "num_stages": 4, "poly": 3},
-        {"BLOCK_M": 1, "BLOCK_N": 1024, "programs_per_sm": 6, "num_stages": 4, "poly": 3},
+        _B(BLOCK_M=1, BLOCK_N=256, programs_per_sm=24, num_warps=2, num_stages=4, poly=3),
+        _B(BLOCK_M=2, BLOCK_N=256, programs_per_sm=24, num_warps=1, num_stages=4, poly=3),
+        _B(BLOCK_M=1, BLOCK_N=1024, programs_per_sm=12, num_warps=2, num_stages=4, poly=3),
+        _B(BLOCK_M=1, BLOCK_N=1024, programs_per_sm=6, num_stages=4, poly=3),
         # one warp: 1 x 256 at L = 49 takes 113 registers in Triton 3.6, so 17 such programs fit an SM; at
         # L = 196 72, so 28 fit
-        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 16, "num_stages": 4, **_ONE_WARP},
-        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 12, "num_stages": 4, **_ONE_WARP},
-        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 20, "num_stages": 4, **_ONE_WARP},
-        {"BLOCK_M": 1, "BLOCK_N": 256, "programs_per_sm": 24, "num_stages": 4, **_ONE_WARP},
-        {"BLOCK_M": 1, "BLOCK_N": 128, "programs_per_sm": 24, "num_stages": 4, **_ONE_WARP},
+        _B(BLOCK_M=1, BLOCK_N=256, programs_per_sm=16, num_stages=4, **_ONE_WARP),
+        _B(BLOCK_M=1, BLOCK_N=256, programs_per_sm=12, num_stages=4, **_ONE_WARP),
+        _B(BLOCK_M=1, BLOCK_N=256, programs_per_sm=20, num_stages=4, **_ONE_WARP),
+        _B(BLOCK_M=1, BLOCK_N=256, programs_per_sm=24, num_stages=4, **_ONE_WARP),
+        _B(BLOCK_M=1, BLOCK_N=128, programs_per_sm=24, num_stages=4, **_ONE_WARP),
         # 2 x 256 on one warp takes 161-168 registers in Triton 3.6: 12 programs fit an SM
-        {"BLOCK_M": 2, "BLOCK_N": 256, "programs_per_sm": 12, "num_stages": 4, **_ONE_WARP},
+        _B(BLOCK_M=2, BLOCK_N=256, programs_per_sm=12, num_stages=4, **_ONE_WARP),
     ],
 }
 
 
-def candidate_name(fields: dict) -> str:
-    """A channels_first candidate as BLOCK_MxBLOCK_N[wWARPS][_pPROGRAMS][_sSTAGES][_polyTERMS] ("entry":
-    {})."""
-    if not fields:
+def candidate_name(tile: ForwardTile | BackwardTile) -> str:
+    """A channels_first candidate as BLOCK_MxBLOCK_N[wWARPS][_pPROGRAMS][_sSTAGES][_polyTERMS] ("entry": the
+    tile naming no field)."""
+    if tile.empty:
         return "entry"
-    name = f"{fields['BLOCK_M']}x{fields['BLOCK_N']}"
+    name = f"{tile.BLOCK_M}x{tile.BLOCK_N}"
     for key, tag in (("num_warps", "w"), ("programs_per_sm", "_p"), ("num_stages", "_s"), ("poly", "_poly")):
-        if key in fields:
-            name += f"{tag}{fields[key]}"
+        value = getattr(tile, key, None)
+        if value is not None:
+            name += f"{tag}{value}"
     return name
 
 
-def with_channels_first(table: dict, mode: str, field) -> dict:
-    """A copy of table whose widest 16-bit `mode` entry has this channels_first field (a dict or a list
-    by max_span; None: no field)."""
-    swapped = copy.deepcopy(table)
-    widest = swapped[mode]["16bit"][-1]
-    widest.pop(planner.CHANNELS_FIRST, None)
-    if field is not None:
-        widest[planner.CHANNELS_FIRST] = copy.deepcopy(field)
-    return swapped
+def _entries(table: LaunchTable, mode: str, bucket: str) -> tuple:
+    return getattr(table, mode)[bucket]
 
 
-def channels_first_field(choices: list[tuple[int | None, dict]]):
-    """The channels_first field for the chosen candidate of each span class (ascending max_span, None
-    last): neighbouring classes with the same choice merge into the larger; one class left is a plain
-    dict, else a list of dicts with their max_span."""
-    merged: list[tuple[int | None, dict]] = []
-    for max_span, fields in reversed(choices):
-        if not (merged and merged[0][1] == fields):
-            merged.insert(0, (max_span, fields))
-    if len(merged) == 1:
-        return dict(merged[0][1])
-    return [{"max_span": max_span, **fields} for max_span, fields in merged]
+def with_channels_first(table: LaunchTable, mode: str, field) -> LaunchTable:
+    """table with its widest 16-bit `mode` entry's channels_first choices replaced: field is one tile (for
+    every spatial size), a tuple of tiles by max_span, or None (no choices)."""
+    choices = () if field is None else (field,) if isinstance(field, (ForwardTile, BackwardTile)) else field
+    entries = _entries(table, mode, "16bit")
+    widest = dataclasses.replace(entries[-1], channels_first=tuple(choices))
+    return table.with_entries(mode, "16bit", (*entries[:-1], widest))
+
+
+def channels_first_field(choices: list[tuple[int | None, ForwardTile | BackwardTile]]) -> tuple:
+    """The channels_first choices for the chosen tile of each span class (ascending max_span, None last):
+    neighbouring classes with the same choice merge into the larger, each choice carrying its max_span."""
+    merged: list[tuple[int | None, ForwardTile | BackwardTile]] = []
+    for max_span, tile in reversed(choices):
+        if not (merged and merged[0][1] == tile):
+            merged.insert(0, (max_span, tile))
+    return tuple(dataclasses.replace(tile, max_span=max_span) for max_span, tile in merged)
 
 
 # Rounds in which `--channels-first` times every candidate of a class, one after another: each candidate's
@@ -155,10 +176,13 @@ def channels_first_field(choices: list[tuple[int | None, dict]]):
 CF_ROUNDS = 3
 
 
-def tune_channels_first(table: dict, time_ms, modes=("fwd", "bwd"), rounds: int = CF_ROUNDS) -> dict:
-    """table with the widest 16-bit entries' channels_first fields retuned in these modes: for each class
+def tune_channels_first(
+    table: LaunchTable, time_ms, modes=("fwd", "bwd"), rounds: int = CF_ROUNDS, measured: list | None = None
+) -> LaunchTable:
+    """table with the widest 16-bit entries' channels_first choices retuned in these modes: for each class
     of CF_SHAPES the candidate with the least time summed over the class's shapes (the first of equals),
-    each time the median of `rounds` interleaved rounds of time_ms(mode, candidate, shape)."""
+    each time the median of `rounds` interleaved rounds of time_ms(mode, candidate, shape). measured, where
+    given, gets a record per class: the choice and its runners-up with their times."""
     for mode in modes:
         choices = []
         for max_span, shapes in CF_SHAPES.items():
@@ -180,12 +204,16 @@ def tune_channels_first(table: dict, time_ms, modes=("fwd", "bwd"), rounds: int 
                 f"channels_first {mode} L<={max_span}: {candidate_name(fields)} {ms * 1e3:.1f} us "
                 f"(then {after}), {shapes}"
             )
+            if measured is not None:
+                measured.append({"mode": mode, "max_span": max_span, "shapes": shapes,
+                                 "chosen": candidate_name(fields), "us": round(ms * 1e3, 2),
+                                 "runners_up": {name: round(t * 1e3, 2) for name, t in named}})  # fmt: skip
             choices.append((max_span, fields))
         table = with_channels_first(table, mode, channels_first_field(choices))
     return table
 
 
-def _time_channels_first(table: dict, mode: str, fields: dict, shape, fit: bool = True) -> float:
+def _time_channels_first(table: LaunchTable, mode: str, fields, shape, fit: bool = True) -> float:
     """Median ms of launcher.forward / launcher.backward (channels_first=True) on bf16 x with float32
     parameters of this shape, with this candidate as the widest entry's channels_first field; fit: a
     backward whose programs per SM do not fit an SM is not timed (inf)."""
@@ -205,7 +233,7 @@ def _time_channels_first(table: dict, mode: str, fields: dict, shape, fit: bool 
             fn = lambda: launcher.forward(x, alpha, gamma, beta, x.dtype, channels_first=True)  # noqa: E731
             return _timed_if_it_fits(fn, what, None, True, x, dy)
         fn = lambda: launcher.backward(dy, x, alpha, gamma, x.dtype, f32, f32, f32, channels_first=True)  # noqa: E731
-        programs = fields.get("programs_per_sm", table["bwd"]["16bit"][-1]["programs_per_sm"])
+        programs = fields.programs_per_sm or table.bwd["16bit"][-1].programs_per_sm
         return _timed_if_it_fits(fn, what, programs if fit else None, True, x, dy)
 
 
@@ -232,92 +260,118 @@ def poly_choice(timers, rounds: int = POLY_ROUNDS, margin: float = POLY_MARGIN) 
     return (3 if statistics.geometric_mean(ratios) < 1 - margin else 5), ratios
 
 
-def with_poly_field(fields: dict, terms: int, inherited: int = planner.POLY_TERMS[0]) -> dict:
-    """fields running `terms` polynomial terms: no "poly" field where that is what they inherit (an entry:
-    the default; a variant tile: its entry's), else the field."""
-    out = {k: v for k, v in fields.items() if k != "poly"}
-    return out if terms == inherited else {**out, "poly": terms}
+def with_poly_field(tile, terms: int, inherited: int):
+    """A variant tile running `terms` polynomial terms: no poly of its own where that is what it inherits
+    (its entry's), else its own."""
+    return dataclasses.replace(tile, poly=None if terms == inherited else terms)
 
 
 def _said(ratios: list[float]) -> str:
     return "(time with 3 terms / 5: " + ", ".join(f"{r:.3f}" for r in ratios) + ")"
 
 
-def _entry_timers(time_entry, mode: str, bucket: str, own: dict) -> list:
+def _entry_timers(time_entry, mode: str, bucket: str, own) -> list:
     def timer(terms, elements):
-        return time_entry(mode, bucket, {**own, "poly": terms}, elements)
+        return time_entry(mode, bucket, dataclasses.replace(own, poly=terms), elements)
 
     return [functools.partial(timer, elements=n) for n in (BANDWIDTH_ELEMENTS, POLY_L2_ELEMENTS)]
 
 
-def _cf_timer(time_cf, mode: str, fields: dict, shapes: list):
+def _cf_timer(time_cf, mode: str, fields, shapes: list):
     def timer(terms):
-        return sum(time_cf(mode, {**fields, "poly": terms}, shape) for shape in shapes)
+        return sum(time_cf(mode, dataclasses.replace(fields, poly=terms), shape) for shape in shapes)
 
     return timer
 
 
-def tune_poly(table: dict, time_entry, time_cf, modes=("fwd", "bwd"), buckets=("16bit", "fp32")) -> dict:
-    """A copy of table with the "poly" of each entry of these modes and buckets chosen by poly_choice, as
+def tune_poly(
+    table: LaunchTable,
+    time_entry,
+    time_cf,
+    modes=("fwd", "bwd"),
+    buckets=("16bit", "fp32"),
+    measured: list | None = None,
+) -> LaunchTable:
+    """table with the poly of each entry of these modes and buckets chosen by poly_choice, as
     time_entry(mode, bucket, entry, elements) times an entry's own tile on rows of its max_width (16384 for
     the last) at the bandwidth shape and at POLY_L2_ELEMENTS, and of the widest 16-bit entries'
-    channels_first choices, as time_cf(mode, fields, shape) times them summed over their class of
-    CF_SHAPES. An entry's fp32_params and folded tiles keep the polynomial they ran before."""
-    table = copy.deepcopy(table)
+    channels_first choices, as time_cf(mode, tile, shape) times them summed over their class of
+    CF_SHAPES. An entry's fp32_params and folded tiles keep the polynomial they ran before. measured, where
+    given, gets a record per choice: the terms chosen and the time ratios."""
     for mode in modes:
         for bucket in buckets:
-            entries = table[mode][bucket]
-            for i, entry in enumerate(entries):
-                before = entry.get("poly", planner.POLY_TERMS[0])
-                own = {k: v for k, v in entry.items() if k not in planner.VARIANTS}
+            entries = []
+            for entry in _entries(table, mode, bucket):
+                own = entry.with_tile(ForwardTile() if mode == "fwd" else BackwardTile())
                 terms, ratios = poly_choice(_entry_timers(time_entry, mode, bucket, own))
-                print(f"poly {mode} {bucket} width<={entry['max_width']}: {terms} terms {_said(ratios)}")
-                variants = {k: entry[k] for k in planner.VARIANTS if k in entry}
-                for field in (planner.FP32_PARAMS, planner.FOLDED):
-                    if field in variants:
-                        ran = variants[field].get("poly", before)
-                        variants[field] = with_poly_field(variants[field], ran, inherited=terms)
-                entries[i] = {**with_poly_field(own, terms), **variants}
-        widest = table[mode]["16bit"][-1]
-        if "16bit" not in buckets or planner.CHANNELS_FIRST not in widest:
+                print(f"poly {mode} {bucket} width<={entry.max_width}: {terms} terms {_said(ratios)}")
+                if measured is not None:
+                    measured.append({"mode": mode, "bucket": bucket, "max_width": entry.max_width,
+                                     "poly": terms, "ratios_3_to_5": _rounded(ratios)})  # fmt: skip
+                new = dataclasses.replace(entry, poly=terms)
+                for field in (FP32_PARAMS, FOLDED):
+                    variant = getattr(entry, field, None)
+                    if variant is not None:
+                        ran = variant.poly or entry.poly
+                        new = dataclasses.replace(new, **{field: with_poly_field(variant, ran, terms)})
+                entries.append(new)
+            table = table.with_entries(mode, bucket, entries)
+        widest = _entries(table, mode, "16bit")[-1]
+        if "16bit" not in buckets or not widest.channels_first:
             continue
-        inherited = widest.get("poly", planner.POLY_TERMS[0])
         choices = []
         for max_span, shapes in CF_SHAPES.items():
-            fields = planner.channels_first_variant(widest, shapes[0][2] * shapes[0][3])
+            fields = widest.channels_first_choice(shapes[0][2] * shapes[0][3])
             terms, ratios = poly_choice([_cf_timer(time_cf, mode, fields, shapes)])
             print(f"poly {mode} channels_first L<={max_span}: {terms} terms {_said(ratios)}")
-            choices.append((max_span, with_poly_field(fields, terms, inherited)))
-        widest[planner.CHANNELS_FIRST] = channels_first_field(choices)
+            if measured is not None:
+                measured.append({"mode": mode, "channels_first_max_span": max_span, "poly": terms,
+                                 "ratios_3_to_5": _rounded(ratios)})  # fmt: skip
+            choices.append((max_span, with_poly_field(fields, terms, widest.poly)))
+        table = with_channels_first(table, mode, channels_first_field(choices))
     return table
 
 
-def candidates(mode: str, width: int) -> list[dict]:
+def _rounded(ratios: list[float]) -> list[float]:
+    return [round(r, 4) for r in ratios]
+
+
+def candidates(mode: str, width: int) -> list[ForwardEntry | BackwardEntry]:
+    """The entries (max_width None) timed for a bucket of this width."""
     widest = planner.next_pow2(width)  # a wider block would shrink to this one: the same candidate again
     block_ns = [widest] if width < WIDE_FROM[mode] else [b for b in WIDE_BLOCK_N[mode] if b <= widest]
-    out = []
+    out: list = []
     for block_n in block_ns:
         for tile, warps in TILES[mode]:
             if tile < block_n:
                 continue
-            entry = {"max_width": None, "BLOCK_M": tile // block_n, "BLOCK_N": block_n, "num_warps": warps}
+            shape = {"max_width": None, "BLOCK_M": tile // block_n, "BLOCK_N": block_n, "num_warps": warps}
             if mode == "fwd":
-                out += [{**entry, "sign": sign, **poly} for sign in SIGNS for poly in POLYS]
+                out += [ForwardEntry(**shape, sign=sign, poly=poly) for sign in SIGNS for poly in POLYS]
                 continue
             for pps in PROGRAMS_PER_SM:
                 for order in ROW_ORDERS:
                     for stages in NUM_STAGES:
                         knobs = {"programs_per_sm": pps, "row_order": order, "num_stages": stages}
-                        out.append({**entry, **knobs})
+                        out.append(BackwardEntry(**shape, **knobs))
     return out
 
 
-def tuned_entry(best: dict, current: dict, max_width: int | None, ms: float, mode: str = "fwd") -> dict:
+def tuned_entry(best, current, max_width: int | None, mode: str = "fwd"):
     """The bucket's new entry: the fastest candidate, with the HAND_SET fields of the entry it replaces
-    (the backward's: BWD_KEPT too)."""
+    (the backward's: BWD_KEPT too) where that entry served the same bucket."""
     fields = HAND_SET + (BWD_KEPT if mode == "bwd" else ())
-    kept = {k: current[k] for k in fields if k in current and current["max_width"] == max_width}
-    return {**best, **kept, "max_width": max_width, "median_us": round(ms * 1e3, 2)}
+    same = current.max_width == max_width
+    kept = {k: getattr(current, k) for k in fields if same and hasattr(current, k) and hasattr(best, k)}
+    return dataclasses.replace(best, **kept, max_width=max_width)
+
+
+def table_of_one(mode: str, entry, base: LaunchTable | None = None) -> LaunchTable:
+    """base (default: the default table) with every bucket of `mode` holding this entry alone, for every
+    width: the table a candidate is timed under."""
+    base = base or planner.load_table("default")
+    one = (dataclasses.replace(entry, max_width=None),)
+    return dataclasses.replace(base, **{mode: {bucket: one for bucket in BUCKETS}})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,13 +459,12 @@ def _timed_if_it_fits(fn, what, programs_per_sm: int | None, channels_first: boo
 def _time(mode, entry, bucket, x, dy, alpha, gamma, beta, fit: bool = True):
     from dyt import launcher
 
-    table = {"fwd": {bucket: [entry]}, "bwd": {bucket: [entry]}}
-    with launcher.overrides(table=table):
+    with launcher.overrides(table=table_of_one(mode, entry)):
         if mode == "fwd":
             fn = lambda: launcher.forward(x, alpha, gamma, beta, x.dtype)
             return _timed_if_it_fits(fn, entry, None, False, x, dy)
         fn = lambda: launcher.backward(dy, x, alpha, gamma, x.dtype, alpha.dtype, gamma.dtype, beta.dtype)
-        return _timed_if_it_fits(fn, entry, entry["programs_per_sm"] if fit else None, False, x, dy)
+        return _timed_if_it_fits(fn, entry, entry.programs_per_sm if fit else None, False, x, dy)
 
 
 # Elements between rows that would fold otherwise: 128 bytes in bf16, so that each row stays aligned.
@@ -443,44 +496,71 @@ def _rows_inputs(mode: str, bucket: str, width: int, elements: int) -> tuple:
 _ROWS_INPUTS: dict = {}
 
 
-def _time_rows(mode: str, bucket: str, entry: dict, elements: int) -> float:
+def _time_rows(mode: str, bucket: str, entry, elements: int) -> float:
     """_time of this entry on `elements` elements in rows of its max_width (16384 for the last), the
     inputs of the last shape kept for the next call (poly_choice times one entry ten times a shape). No
     fit check: `--poly` times the committed tiles as they run."""
-    key = (mode, bucket, entry["max_width"] or 16384, elements)
+    key = (mode, bucket, entry.max_width or 16384, elements)
     if key not in _ROWS_INPUTS:
         _ROWS_INPUTS.clear()
         _ROWS_INPUTS[key] = _rows_inputs(*key)
-    return _time(mode, {**entry, "max_width": None}, bucket, *_ROWS_INPUTS[key], fit=False)
+    return _time(mode, entry, bucket, *_ROWS_INPUTS[key], fit=False)
 
 
-# The table note's clause that `--poly` writes, in place of the one an earlier run wrote.
-POLY_NOTE = "; poly ("
+def table_text(table: LaunchTable) -> str:
+    """The table as the committed files hold it: its to_dict() in JSON, one-space indents."""
+    return json.dumps(table.to_dict(), indent=1) + "\n"
 
 
-def poly_note(note: str, modes: str, where: str) -> str:
-    """note with its `--poly` clause saying which modes' polynomials were chosen, on which GPU and commit."""
-    return f"{note.split(POLY_NOTE)[0]}{POLY_NOTE}{modes}) by `python -m dyt tune --poly` on {where}"
-
-
-def write_table(out: pathlib.Path, table: dict) -> None:
-    """The table as the committed files hold it (one-space indents), and a line saying where."""
-    out.write_text(json.dumps(table, indent=1) + "\n")
+def write_table(out: pathlib.Path, table: LaunchTable) -> None:
+    """The table file, and a line saying where."""
+    out.write_text(table_text(table))
     print(f"wrote {out}")
 
 
-def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str], widths=None) -> dict:
-    """Tunes the width buckets named in widths (max_width values; None: all) and keeps the others."""
+def report_path(arch: str, kind: str) -> pathlib.Path:
+    """Where a run of this kind (rows, channels_first, poly) reports by default: reports/tune/ (under
+    DYT_REPORTS where that is set)."""
+    reports = pathlib.Path(os.environ.get("DYT_REPORTS") or ROOT / "reports")
+    return reports / "tune" / f"{arch}-{kind}.json"
+
+
+def write_report(
+    path: pathlib.Path, kind: str, argv: list[str], table_out: pathlib.Path, measured: list[dict]
+) -> dict:
+    """The run's report: what was measured (one record per choice made, with its times), the command, the
+    table it wrote, and where it ran (GPU, commit and the rest of dyt.service.env.collect_env's manifest)."""
+    env = collect_env()
+    report = {
+        "kind": kind,
+        "command": " ".join(["python -m dyt tune", *argv]),
+        "table": str(table_out),
+        "gpu": env.get("gpu_name"),
+        "commit": git_sha()[:7],
+        "env": env,
+        "measured": measured,
+    }
+    write_atomic(path, json.dumps(report, indent=1, default=str) + "\n")
+    print(f"wrote {path}")
+    return report
+
+
+def tune(
+    out: pathlib.Path,
+    budget_s: float,
+    buckets: list[str],
+    modes: list[str],
+    widths=None,
+    measured: list | None = None,
+) -> LaunchTable:
+    """Tunes the width buckets named in widths (max_width values; None: all) and keeps the others; measured,
+    where given, gets a record per bucket timed: its median time, bandwidth and the entry chosen."""
     import torch
 
     from dyt import launcher
 
     arch = launcher.target_of(torch.device("cuda")).arch
-    table = copy.deepcopy(planner.load_table(arch))
-    table["arch"] = arch
-    gpu = torch.cuda.get_device_name()
-    sha = git_sha()[:7]
-    table["note"] = f"Written by `python -m dyt tune` on {gpu} at {sha} (medians of CUDA-graph replays)"
+    table = dataclasses.replace(planner.load_table(arch), arch=arch)
     start = time.time()
     for bucket in buckets:
         for mode in modes:
@@ -491,7 +571,7 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
                 skipped = widths is not None and width not in widths
                 if skipped or time.time() - start > budget_s:
                     print(f"{mode} {bucket} width<={max_width} keeps its current entry")
-                    entries.append(current | {"max_width": max_width})
+                    entries.append(dataclasses.replace(current, max_width=max_width))
                     continue
                 inputs = _rows_inputs(mode, bucket, width, BANDWIDTH_ELEMENTS)
                 x = inputs[0]
@@ -500,9 +580,14 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
                 moved = (2 if mode == "fwd" else 3) * x.numel() * x.element_size()
                 gbps = moved / ms / 1e6
                 print(f"{mode} {bucket} width<={max_width}: {ms * 1e3:.1f} us {gbps:.0f} GB/s {best}")
-                entries.append(tuned_entry(best, current, max_width, ms, mode))
+                entry = tuned_entry(best, current, max_width, mode)
+                if measured is not None:
+                    measured.append({"mode": mode, "bucket": bucket, "max_width": max_width,
+                                     "median_us": round(ms * 1e3, 2), "gbps": round(gbps),
+                                     "entry": entry.to_dict()})  # fmt: skip
+                entries.append(entry)
                 del inputs, x
-            table[mode][bucket] = entries
+            table = table.with_entries(mode, bucket, entries)
     write_table(out, table)
     return table
 
@@ -510,6 +595,12 @@ def tune(out: pathlib.Path, budget_s: float, buckets: list[str], modes: list[str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dyt tune", description=__doc__)
     parser.add_argument("--out", type=pathlib.Path, default=None, help="default: dyt/tables/<arch>.json")
+    parser.add_argument(
+        "--report",
+        type=pathlib.Path,
+        default=None,
+        help="default: reports/tune/<arch>-<rows|channels_first|poly>.json",
+    )
     parser.add_argument("--budget-s", type=float, default=600.0)
     parser.add_argument("--buckets", default="16bit,fp32")
     parser.add_argument("--modes", default="fwd,bwd")
@@ -524,6 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep every tile and choose the entries' tanh polynomial (in --modes and --buckets) by timing",
     )
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     unknown = set(args.modes.split(",")) - {"fwd", "bwd"}
     if unknown:
@@ -539,24 +631,23 @@ def main(argv: list[str] | None = None) -> int:
 
     arch = launcher.target_of(torch.device("cuda")).arch
     out = args.out or planner.TABLES / f"{arch}.json"
+    measured: list[dict] = []
+    committed = dataclasses.replace(planner.load_table(arch), arch=arch)
     if args.poly:
-        committed = planner.load_table(arch)
+        kind = "poly"
         # `--poly` times the committed tiles as they run, whether or not their programs fit an SM.
         cf_timer = lambda *a: _time_channels_first(committed, *a, fit=False)  # noqa: E731
-        table = tune_poly(committed, _time_rows, cf_timer, args.modes.split(","), args.buckets.split(","))
-        table["note"] = poly_note(
-            committed["note"], args.modes, f"{torch.cuda.get_device_name()} at {git_sha()[:7]}"
-        )
-        write_table(out, table)
-        return 0
-    if args.channels_first:
-        committed = planner.load_table(arch)
+        modes, buckets = args.modes.split(","), args.buckets.split(",")
+        write_table(out, tune_poly(committed, _time_rows, cf_timer, modes, buckets, measured))
+    elif args.channels_first:
+        kind = "channels_first"
         timer = lambda *a: _time_channels_first(committed, *a)  # noqa: E731
-        table = tune_channels_first(committed, timer, args.modes.split(","))
-        write_table(out, table)
-        return 0
-    widths = None if args.widths is None else {int(w) for w in args.widths.split(",")}
-    tune(out, args.budget_s, args.buckets.split(","), args.modes.split(","), widths)
+        write_table(out, tune_channels_first(committed, timer, args.modes.split(","), measured=measured))
+    else:
+        kind = "rows"
+        widths = None if args.widths is None else {int(w) for w in args.widths.split(",")}
+        tune(out, args.budget_s, args.buckets.split(","), args.modes.split(","), widths, measured)
+    write_report(args.report or report_path(arch, kind), kind, argv, out, measured)
     return 0
 
 
