@@ -12,11 +12,15 @@ dyt's would need a patched Float8Linear), and its dtype is the high-precision on
 norm its gradient in 16 or 32 bits (a plain float8 output's gradient would be rounded to float8).
 
 convert_to_float8_training(model) converts the linear layers with torchao, then wires each DyT (or
-PackedDyT, channels-last) whose output feeds only Float8Linear layers with tensorwise input scaling,
-checked on a torch.fx trace of the model: every use of the norm's output must be the input of such a layer
-or a read of its metadata (size, shape, dim, dtype, device). A norm whose output also feeds anything else (a
-residual sum, a layer left in high precision) keeps its 16-bit output, as does every norm of a model that
-torch.fx cannot trace; the result says which were wired and why each other was not.
+PackedDyT, channels-last) whose output feeds only Float8Linear layers with tensorwise input scaling. Which
+norms those are is checked, not assumed: every use of the norm's output must be the input of such a layer
+or a read of its metadata (size, shape, dim, dtype, device). With an example call (example=...), the
+check watches that forward run (every torch function a norm's output reaches, under a TorchFunctionMode,
+and every module it enters): it sees through any Python, as Hugging Face's models need. Without one, it
+reads a torch.fx trace of the model, and a model that torch.fx cannot trace keeps every norm at 16 bits
+(the account says to pass an example). A norm whose output also feeds anything else (a residual sum, a
+layer left in high precision) keeps its 16-bit output; the result says which were wired and why each
+other was not.
 
 Route of a wired norm's forward: eager, the FP8 kernels on CUDA (and in Triton's interpreter), the plain
 expression on other CPU tensors and under torch.compile, where Inductor fuses it with its neighbours (the
@@ -138,7 +142,8 @@ def _consumers(model: nn.Module) -> tuple[dict[str, list], str | None]:
     try:
         graph = _Tracer().trace(model)
     except Exception as err:  # noqa: BLE001 - any tracing failure means "not proven": keep 16 bits
-        return {}, f"torch.fx cannot trace the model ({type(err).__name__}: {str(err).splitlines()[0][:120]})"
+        head = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:120]}"
+        return {}, f"torch.fx cannot trace the model ({head}); pass example=... to check by a forward run"
     modules = dict(model.named_modules())
     uses: dict[str, list] = {}
     for node in graph.nodes:
@@ -162,10 +167,108 @@ def _use(user, node, modules) -> tuple:
     return ("other", f"{user.op} {getattr(user.target, '__name__', user.target)}")
 
 
-def convert_to_float8_training(model: nn.Module, *, config=None, module_filter_fn=None) -> Float8Conversion:
+def _tensors(value):
+    """The tensors among a call's arguments (nested tuples, lists and dicts)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+
+
+# The torch functions that read only a tensor's metadata: the reads of a norm's output that let it stay FP8.
+_METADATA_FUNCTIONS = (torch.Tensor.size, torch.Tensor.dim)
+_METADATA_DESCRIPTORS = tuple(getattr(torch.Tensor, name) for name in sorted(_METADATA_ATTRIBUTES))
+
+
+def _reads_metadata(func) -> bool:
+    return func in _METADATA_FUNCTIONS or getattr(func, "__self__", None) in _METADATA_DESCRIPTORS
+
+
+class _UseProbe(torch.overrides.TorchFunctionMode):
+    """Records, during one forward, each use of a DyT's output: entering a Float8Linear as its input, or any
+    torch function outside such a layer that reads more than its metadata."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        from dyt.module import DyT
+
+        self.uses: dict[str, list] = {}
+        self._tags: dict[int, str] = {}
+        self._outputs: list = []  # kept alive, so that no id is reused during the run
+        self._frames: list[set] = []  # per module entered: the norms whose output it is a Float8Linear of
+        self._handles = []
+        for name, m in model.named_modules():
+            if isinstance(m, DyT):
+                self.uses[name] = []
+                self._handles.append(m.register_forward_hook(self._tag(name)))
+            self._handles.append(m.register_forward_pre_hook(self._enter(name), with_kwargs=True))
+            self._handles.append(m.register_forward_hook(self._leave, always_call=True))
+
+    def _tag(self, name):
+        def hook(module, args, output):
+            if isinstance(output, torch.Tensor):
+                self._tags[id(output)] = name
+                self._outputs.append(output)
+
+        return hook
+
+    def _enter(self, name):
+        def hook(module, args, kwargs):
+            fed = {self._tags[id(t)] for t in _tensors((args, kwargs)) if id(t) in self._tags}
+            if fed and type(module).__name__ == "Float8Linear":
+                for norm in fed:
+                    self.uses[norm].append(("linear", name))
+                self._frames.append(fed)
+            else:
+                self._frames.append(set())
+
+        return hook
+
+    def _leave(self, module, args, output):
+        self._frames.pop()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        fed = {self._tags[id(t)] for t in _tensors((args, kwargs)) if id(t) in self._tags}
+        inside = self._frames[-1] if self._frames else set()
+        for norm in fed - inside:
+            if not _reads_metadata(func):
+                self.uses[norm].append(("other", getattr(func, "__name__", str(func))))
+        return func(*args, **kwargs)
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def _watched_uses(model: nn.Module, example) -> tuple[dict[str, list], str | None]:
+    """_consumers' answer from one forward run of the example (a tuple of positional inputs, a dict of
+    keyword inputs, or a function of the model that calls it), under torch.no_grad."""
+    probe = _UseProbe(model)
+    try:
+        with torch.no_grad(), probe:
+            if callable(example):
+                example(model)
+            elif isinstance(example, dict):
+                model(**example)
+            else:
+                model(*example)
+    finally:
+        probe.remove()
+    return {name: uses for name, uses in probe.uses.items() if uses}, None
+
+
+def convert_to_float8_training(model: nn.Module, *, config=None, module_filter_fn=None,
+                               example=None) -> Float8Conversion:  # fmt: skip
     """torchao.float8.convert_to_float8_training(model, config=config, module_filter_fn=module_filter_fn),
     then each DyT whose output feeds only Float8Linear layers that can take it writes FP8 (module docstring).
-    Returns the account of the norms; the model is converted in place."""
+    example: a forward call to watch for the check (a tuple of positional inputs, a dict of keyword
+    inputs, or a function of the model that calls it); None reads a torch.fx trace instead. Returns the
+    account of the norms; the model is converted in place."""
     from dyt.module import DyT
 
     float8, _ = _torchao()
@@ -174,10 +277,11 @@ def convert_to_float8_training(model: nn.Module, *, config=None, module_filter_f
     result = Float8Conversion(wired=[], kept={})
     if not norms:
         return result
-    uses, untraced = _consumers(model)
+    for norm in norms.values():  # checked as the 16-bit norms they are until wired
+        norm.float8_input = None
+    uses, untraced = _watched_uses(model, example) if example is not None else _consumers(model)
     modules = dict(model.named_modules())
     for name, norm in norms.items():
-        norm.float8_input = None
         why = untraced or _why_kept(norm, uses.get(name), modules)
         if why is not None:
             result.kept[name] = why
@@ -192,7 +296,7 @@ def convert_to_float8_training(model: nn.Module, *, config=None, module_filter_f
 def _why_kept(norm, uses, modules) -> str | None:
     """Why a norm keeps its 16-bit output, or None where it can write FP8."""
     if uses is None:
-        return "not called in the traced forward"
+        return "not called in the traced or watched forward"
     if not norm.channels_last:
         return "channels-first: its consumers are not linear layers"
     others = [what for kind, what in uses if kind == "other"]

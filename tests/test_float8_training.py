@@ -92,6 +92,38 @@ def test_a_norm_that_feeds_a_high_precision_layer_or_an_untraceable_model_keeps_
     dyt.convert_layernorm(model)
     result = float8_training.convert_to_float8_training(model)
     assert not result.wired and all("torch.fx cannot trace" in why for why in result.kept.values()), result
+    assert all("pass example=" in why for why in result.kept.values()), result
+
+
+def test_an_example_call_checks_a_model_torch_fx_cannot_trace():
+    """With example=..., the check watches one forward run instead: through data-dependent Python (as
+    Hugging Face's models have), the branch taken wires its norm; a norm the run never calls stays; a norm
+    whose output also reaches a torch function outside the float8 layers stays, named by that function."""
+
+    class Branchy(PreNormBlock):
+        def forward(self, x):
+            if x.sum() > -1e9:  # data-dependent control flow: torch.fx cannot trace it
+                h = self.norm1(x)
+                b, n, c = h.shape  # metadata: allowed
+                y = self.q(h) + self.k(h)
+                z = self.norm3(y)
+                return self.head(z) * z.sigmoid()
+            return self.fc1(self.norm2(x))
+
+    torch.manual_seed(0)
+    model = Branchy().to(device=device(), dtype=torch.bfloat16)
+    dyt.convert_layernorm(model)
+    config = torchao_float8.Float8LinearConfig(emulate=device().type == "cpu")
+    x = _x()
+    result = float8_training.convert_to_float8_training(model, config=config, example=(x,))
+    assert result.wired == ["norm1"], result
+    assert "not called" in result.kept["norm2"] and "sigmoid" in result.kept["norm3"], result
+    for example in ({"x": x}, lambda m: m(x)):
+        again = float8_training.convert_to_float8_training(model, config=config, example=example)
+        assert again.wired == ["norm1"], again
+    y = model(x.requires_grad_())
+    y.float().sum().backward()
+    assert x.grad is not None and bool(x.grad.isfinite().all())
 
 
 def test_rowwise_recipes_are_refused_by_name():
