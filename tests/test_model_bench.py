@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -237,6 +238,72 @@ def test_plan_cases_puts_the_compiles_last():
     ]
     assert len(model_bench.plan_cases([spec], list(model_bench.VARIANTS), "all")) == 4
     assert len(model_bench.plan_cases([spec], list(model_bench.VARIANTS), "none")) == 2
+
+
+def _torchao():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pytest.importorskip(
+            "torchao.float8",
+            reason="torchao is not installed: pip install 'dyt[fp8]' (nox -s tests installs it)",
+        )
+
+
+FP8_VARIANTS = ["fp8_eager", "fp8_dyt_cast", "fp8_dyt"]
+
+
+def test_fp8_variants_take_a_training_step():
+    """torchao's float8 linear layers (emulated on the CPU) behind each norm: the paper's module and dyt's
+    conversion casting through torchao, and dyt's norms wired to write FP8; fp8_dyt's ratios are over those
+    two only, dyt's over the 16-bit variants only."""
+    _torchao()
+    variants = ["norm", "dyt", *FP8_VARIANTS]
+    rows = model_bench.run_model_case(_case(), variants, ["train"], "cpu", model_bench.WallClock(),
+                                      model_bench.Settings(rounds=1, steps=1, warmup=1))  # fmt: skip
+    by = {r["variant"]: r for r in rows}
+    assert list(by) == variants
+    for name in FP8_VARIANTS:
+        row = by[name]
+        assert row["error"] is None and row["skipped"] is None and row["median_ms"] > 0, row
+        assert row["replaced"] == 3 and row["float8_linears"] == 5  # qkv, proj, fc1, fc2, head
+    assert [by[n]["wired"] for n in FP8_VARIANTS] == [0, 0, 3]  # norm1, norm2 and the final norm
+    assert by["fp8_dyt"]["float8_kept"] == {} and by["fp8_eager"]["float8_kept"] == {}
+    assert set(by["fp8_dyt"]["speedup_vs"]) == {"fp8_eager", "fp8_dyt_cast"}
+    assert set(by["dyt"]["speedup_vs"]) == {"norm"} and by["dyt"]["wired"] is None
+    assert not by["fp8_dyt_cast"]["speedup_vs"]  # torchao casts its norms' output: a peer, not ours
+
+
+def test_compiled_fp8_variants_take_a_step():
+    """The compiled FP8 variants built as the compile_* ones are (torch.compile of the whole model) and run;
+    one inference step each keeps the compile time of the test short."""
+    _torchao()
+    variants = [f"compile_{n}" for n in FP8_VARIANTS]
+    rows = model_bench.run_model_case(model_bench.Case(tiny_spec(), 2, True), variants, ["infer"], "cpu",
+                                      model_bench.WallClock(),
+                                      model_bench.Settings(rounds=1, steps=1, warmup=1))  # fmt: skip
+    by = {r["variant"]: r for r in rows}
+    assert list(by) == variants
+    for name in variants:
+        assert by[name]["error"] is None and by[name]["median_ms"] > 0 and by[name]["compiled"], by[name]
+        assert by[name]["float8_linears"] == 5
+    assert [by[n]["wired"] for n in variants] == [0, 0, 3]
+    assert set(by["compile_fp8_dyt"]["speedup_vs"]) == {"compile_fp8_eager", "compile_fp8_dyt_cast"}
+
+
+def test_fp8_variants_run_only_when_named():
+    from dyt.service import cli
+
+    args = cli._parser().parse_args(["bench", "--suite", "models"])
+    assert model_bench._split(args.variants) == list(model_bench.DEFAULT_VARIANTS)
+    assert not [v for v in model_bench.DEFAULT_VARIANTS if "fp8" in v]
+    fp8 = [*FP8_VARIANTS, *(f"compile_{n}" for n in FP8_VARIANTS)]
+    assert [v for v in model_bench.VARIANTS if v not in model_bench.DEFAULT_VARIANTS] == fp8
+    spec = tiny_spec(batches=(2, 4), compiled_batches=(4,))
+    assert [(c.batch, c.compiled) for c in model_bench.plan_cases([spec], fp8)] == [
+        (2, False),
+        (4, False),
+        (4, True),
+    ]
 
 
 # ------------------------------------------------------------------------------------------ the records

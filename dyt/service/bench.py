@@ -47,6 +47,9 @@ BANDWIDTH_WIDTHS = (64, 128, 256, 512, 768, 1024, 2048, 4096, 8192, 16384)
 SMALL_SHAPES = ((4096, 64), (4096, 256), (2048, 4096), (6304, 768))
 MODEL_SHAPES = ((50432, 768), (32768, 4096), (16384, 8192))
 CEILING_BYTES = 2**30
+# The keys of the perf JSON that the other suites write (dyt.service.model_bench, dyt.service.fp8_bench):
+# a kernel run of the same commit keeps them.
+SUITE_PREFIXES = ("model_", "fp8_")
 
 # Minimal traffic in units of x's size: fwd reads x, writes y; bwd reads x and dy, writes dx.
 TRAFFIC = {"fwd": 2, "fwd_nograd": 2, "bwd": 3, "fwdbwd": 5}
@@ -523,19 +526,23 @@ def _ok(rec: dict) -> bool:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--suite",
-        choices=("kernels", "models"),
+        choices=("kernels", "models", "fp8"),
         default="kernels",
         help="kernels: the kernel rows against the copy ceiling (default); models: training steps and "
-        "inference of real models with each DyT variant (dyt/service/model_bench.py)",
+        "inference of real models with each DyT variant (dyt/service/model_bench.py); fp8: DyT's output "
+        "written in FP8 beside dyt + torchao's cast and the copy of its bytes (dyt/service/fp8_bench.py)",
     )
     parser.add_argument(
-        "--providers", default=",".join(PROVIDERS), help="comma list of " + ",".join(PROVIDERS)
+        "--providers",
+        help="comma list of " + ",".join(PROVIDERS) + " (default: all); --suite fp8: of "
+        "dyt_fp8,dyt_fp8_rowwise,dyt_then_torchao_cast,dyt_bf16 (default: all)",
     )
     parser.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES), help="comma list of bf16,fp16,fp32")
     parser.add_argument(
         "--shapes",
-        default=",".join(DEFAULT_SHAPE_SETS),
-        help="comma list of bandwidth,small,model,mixed and/or MxN (e.g. 4096x64)",
+        help="comma list of bandwidth,small,model,mixed and/or MxN (e.g. 4096x64); default "
+        + ",".join(DEFAULT_SHAPE_SETS)
+        + "; --suite fp8: also tiny, default model,bandwidth (tiny with --quick)",
     )
     parser.add_argument("--modes", default=",".join(DEFAULT_MODES), help="comma list of " + ",".join(MODES))
     parser.add_argument("--out", default="reports/perf", help="output folder (default reports/perf)")
@@ -567,8 +574,13 @@ def main(args: argparse.Namespace) -> int:
         from dyt.service import model_bench
 
         return model_bench.main(args)
+    if getattr(args, "suite", "kernels") == "fp8":
+        from dyt.service import fp8_bench
+
+        return fp8_bench.main(args)
+    shapes = args.shapes or ",".join(DEFAULT_SHAPE_SETS)
     try:
-        providers = _split(args.providers)
+        providers = _split(args.providers or ",".join(PROVIDERS))
         for p in providers:
             if p not in PROVIDERS:
                 raise ValueError(f"unknown provider {p!r}: expected one of {', '.join(PROVIDERS)}")
@@ -576,7 +588,7 @@ def main(args: argparse.Namespace) -> int:
         for m in modes:
             if m not in MODES:
                 raise ValueError(f"unknown mode {m!r}: expected one of {', '.join(MODES)}")
-        cases = parse_shapes(args.shapes, parse_dtypes(args.dtypes))
+        cases = parse_shapes(shapes, parse_dtypes(args.dtypes))
     except ValueError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2
@@ -616,7 +628,7 @@ def main(args: argparse.Namespace) -> int:
         "config": {
             "providers": providers,
             "modes": modes,
-            "shapes": args.shapes,
+            "shapes": shapes,
             "dtypes": args.dtypes,
             "quick": args.quick,
             "seed": args.seed,
@@ -655,11 +667,11 @@ def _run_summary(report: dict) -> dict:
 
 
 def write_perf(path: Path, report: dict, append: bool = False) -> dict:
-    """Writes a kernel-bench run to path and returns what was written. The model benchmark's keys of an
-    existing file of the same commit are kept. With append, so are its kernel records of other cases (a
-    record of the same provider, shape, dtypes and mode is replaced) and its copies at other traffic: each
-    record carries the ratio to its own run's ceiling, and `runs` lists every run's ceiling and selection,
-    so one file can hold a bench measured in parts.
+    """Writes a kernel-bench run to path and returns what was written. The model and fp8 suites' keys
+    (SUITE_PREFIXES) of an existing file of the same commit are kept. With append, so are its kernel
+    records of other cases (a record of the same provider, shape, dtypes and mode is replaced) and its
+    copies at other traffic: each record carries the ratio to its own run's ceiling, and `runs` lists every
+    run's ceiling and selection, so one file can hold a bench measured in parts.
 
     The file is read, merged and written back under files.locked (a model bench or another part writing
     the same commit's file waits, so neither drops the other's rows) and written whole or not at all
@@ -674,7 +686,7 @@ def _write_perf_locked(path: Path, report: dict, append: bool) -> dict:
     except (OSError, ValueError):
         old = {}
     old = old if isinstance(old, dict) else {}
-    report = {**report, **{k: v for k, v in old.items() if k.startswith("model_")}}
+    report = {**report, **{k: v for k, v in old.items() if k.startswith(SUITE_PREFIXES)}}
     if append and isinstance(old.get("records"), list):
         new_keys = {(r["provider"], *record_key(r)) for r in report["records"]}
         kept = [r for r in old["records"] if (r.get("provider"), *record_key(r)) not in new_keys]

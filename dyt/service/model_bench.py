@@ -17,8 +17,14 @@ weight and bias in one parameter; what dyt.convert_layernorm makes by default), 
 LigerDyT, where it imports) and, in separate compiled cases (ViT-S/16 at 64 and the narrow net at 8 by
 default), `compile_eager`, `compile_dyt`, `compile_dyt_autocast` and `compile_packed_dyt`: torch.compile
 of the whole model with each module, and `graphs_eager`, `graphs_dyt`, `graphs_dyt_autocast` and
-`graphs_packed_dyt`: the same with mode="reduce-overhead" (CUDA graphs; CUDA only).
-dyt's ratios compare variants of one kind.
+`graphs_packed_dyt`: the same with mode="reduce-overhead" (CUDA graphs; CUDA only). Run only when named
+(they need torchao), FP8 training with torchao's float8 linear layers (Float8LinearConfig(emulate=True) off
+CUDA; linears with a dimension not a multiple of 16 stay in high precision): `fp8_eager` (the paper's
+module, then torchao.float8.convert_to_float8_training), `fp8_dyt_cast` (dyt.PackedDyT, then torchao's
+convert: torchao casts the norms' output), `fp8_dyt` (dyt.PackedDyT, then
+dyt.float8_training.convert_to_float8_training: the norms that feed only float8 linears write FP8
+themselves; the row's `wired` counts them, `float8_kept` says why the others were not), and their compiled
+`compile_fp8_*`. dyt's ratios compare variants of one kind (eager, compiled, graphs; FP8 or not).
 
 Measures, per variant: a training step (zero_grad, forward and loss under bf16 autocast, backward, AdamW
 step) and inference (torch.inference_mode, bf16 autocast). Each step starts from an idle GPU (synchronize
@@ -267,7 +273,9 @@ def _make_liger(c, *, bias, channels_last):
 @dataclass(frozen=True)
 class Variant:
     """One way to run a model: its norms replaced by make (None: kept), compiled or not (graphs: with
-    mode="reduce-overhead", CUDA graphs); ours marks dyt."""
+    mode="reduce-overhead", CUDA graphs); ours marks dyt. float8: its linear layers become torchao's
+    Float8Linear, by torchao's convert ("torchao": each casts its own input) or by dyt's
+    ("dyt": dyt.float8_training, the norms that feed only those layers hand them FP8)."""
 
     name: str
     make: Callable[..., Any] | None
@@ -275,6 +283,7 @@ class Variant:
     ours: bool = False
     cuda_only: bool = False  # its kernels take CUDA tensors alone: on another device, a skipped row
     graphs: bool = False
+    float8: str | None = None
 
 
 VARIANTS: dict[str, Variant] = {
@@ -296,7 +305,20 @@ VARIANTS: dict[str, Variant] = {
     "graphs_packed_dyt": Variant(
         "graphs_packed_dyt", _make_packed_dyt, compiled=True, ours=True, cuda_only=True, graphs=True
     ),  # fmt: skip
+    # FP8 training (torchao's float8 linear layers), run when named: the paper's module and dyt's default
+    # conversion with torchao casting each linear input, and dyt's norms wired to write FP8 themselves.
+    "fp8_eager": Variant("fp8_eager", _make_eager, float8="torchao"),
+    "fp8_dyt_cast": Variant("fp8_dyt_cast", _make_packed_dyt, float8="torchao"),
+    "fp8_dyt": Variant("fp8_dyt", _make_packed_dyt, ours=True, float8="dyt"),
+    "compile_fp8_eager": Variant("compile_fp8_eager", _make_eager, compiled=True, float8="torchao"),
+    "compile_fp8_dyt_cast": Variant(
+        "compile_fp8_dyt_cast", _make_packed_dyt, compiled=True, float8="torchao"
+    ),
+    "compile_fp8_dyt": Variant("compile_fp8_dyt", _make_packed_dyt, compiled=True, ours=True, float8="dyt"),
 }
+# What runs unless --variants names others: every variant but the FP8 ones (they need torchao).
+DEFAULT_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.float8 is None)
+FLOAT8_MIN_DIM = 16  # torch._scaled_mm takes matrices whose dimensions are multiples of 16
 
 
 @dataclass(frozen=True)
@@ -396,6 +418,7 @@ class _Prepared:
     replaced: dict[str, int]
     first_call_s: dict[str, float] = field(default_factory=dict)
     peak_mb: dict[str, float | None] = field(default_factory=dict)
+    float8: dict[str, Any] | None = None  # float8_linears, wired, float8_kept
 
 
 def _row(case: Case, variant: str, mode: str, settings: Settings) -> dict[str, Any]:
@@ -419,6 +442,9 @@ def _row(case: Case, variant: str, mode: str, settings: Settings) -> dict[str, A
         "speedup_vs": {},
         "error": None,
         "skipped": None,
+        "float8_linears": None,  # FP8 variants: the Float8Linear layers, the norms wired to feed them FP8,
+        "wired": None,  # and why each other norm was not (reason: count)
+        "float8_kept": None,
     }
 
 
@@ -467,18 +493,57 @@ def _step_fn(spec: ModelSpec, prep: _Prepared, mode: str, data: dict, device):
     return step
 
 
-def _prepare(base, variant: Variant, device, settings: Settings) -> _Prepared:
+def _prepare(base, variant: Variant, device, settings: Settings, example=None) -> _Prepared:
+    """The variant's model, runner and optimizer; example: a function of the model that runs its forward
+    on the case's batch (the FP8 variants' check of which norms feed only float8 linear layers)."""
     import torch
 
     model = copy.deepcopy(base)
     replaced = replace_norms(model, variant.make) if variant.make is not None else {}
     model.to(device)
+    float8 = convert_float8(model, variant.float8, device, example) if variant.float8 else None
     if variant.compiled:
         runner = torch.compile(model, mode="reduce-overhead" if variant.graphs else None)
     else:
         runner = model
     opt = torch.optim.AdamW(model.parameters(), lr=settings.lr)
-    return _Prepared(variant, model, runner, opt, replaced)
+    return _Prepared(variant, model, runner, opt, replaced, float8=float8)
+
+
+def _float8_filter(module, name: str) -> bool:
+    """The linear layers torchao's float8 matmuls take: both dimensions multiples of FLOAT8_MIN_DIM (a
+    classifier head of 1000 classes stays in high precision), the same for every FP8 variant."""
+    return module.in_features % FLOAT8_MIN_DIM == 0 and module.out_features % FLOAT8_MIN_DIM == 0
+
+
+def convert_float8(model, how: str, device, example=None) -> dict[str, Any]:
+    """model's linear layers to torchao's Float8Linear in place (Float8LinearConfig(emulate=True) off
+    CUDA), by torchao ("torchao") or by dyt.float8_training ("dyt": it also wires the norms that feed only
+    those layers, checked by watching example, a function of the model that runs its forward on the
+    case's batch: torch.fx cannot trace Hugging Face's LLaMA). Returns the account: float8_linears, wired
+    (norms writing FP8), float8_kept (why the other norms were not wired, reason: count)."""
+    import torch
+    from torchao.float8 import Float8LinearConfig
+    from torchao.float8 import convert_to_float8_training as torchao_convert
+
+    from dyt import float8_training
+
+    config = Float8LinearConfig(emulate=torch.device(device).type != "cuda")
+    kept: dict[str, int] = {}
+    wired = 0
+    if how == "dyt":
+        result = float8_training.convert_to_float8_training(
+            model, config=config, module_filter_fn=_float8_filter, example=example
+        )
+        wired = len(result.wired)
+        for why in result.kept.values():
+            kept[why] = kept.get(why, 0) + 1
+    elif how == "torchao":
+        torchao_convert(model, config=config, module_filter_fn=_float8_filter)
+    else:
+        raise ValueError(f"unknown float8 conversion {how!r}: expected torchao or dyt")
+    linears = sum(1 for m in model.modules() if type(m).__name__ == "Float8Linear")
+    return {"float8_linears": linears, "wired": wired, "float8_kept": kept}
 
 
 def _norm_names(base) -> str:
@@ -544,7 +609,8 @@ def run_model_case(case: Case, variants: list[str], modes: list[str], device, cl
             failed[name] = {"skipped": f"{name} runs its kernels on CUDA tensors only (device {device})"}
             continue
         try:
-            prepared[name] = _prepare(base, VARIANTS[name], device, settings)
+            prepared[name] = _prepare(base, VARIANTS[name], device, settings,
+                                      example=lambda m: case.spec.forward(m, data))  # fmt: skip
         except ImportError as exc:
             failed[name] = {"skipped": f"unavailable: {error_text(exc)}"}
         except Exception as exc:  # noqa: BLE001
@@ -618,6 +684,7 @@ def _mode_rows(case, mode, variants, prepared, errors, timed, norms, settings) -
             row["replaced"] = sum(prepared[name].replaced.values())
             row["first_call_s"] = prepared[name].first_call_s.get(mode)
             row["peak_mem_mb"] = prepared[name].peak_mb.get(mode)
+            row.update(prepared[name].float8 or {})
         if name in errors:
             row.update(errors[name])
         elif name in alive and complete:
@@ -634,9 +701,10 @@ def _mode_rows(case, mode, variants, prepared, errors, timed, norms, settings) -
         variant = VARIANTS.get(row["variant"])
         if variant is None or not variant.ours or row["variant"] not in by_name:
             continue
+        kind = (variant.compiled, variant.graphs, variant.float8 is None)
         others = [
             n for n, v in VARIANTS.items()
-            if n in by_name and not v.ours and (v.compiled, v.graphs) == (variant.compiled, variant.graphs)
+            if n in by_name and not v.ours and (v.compiled, v.graphs, v.float8 is None) == kind
         ]  # fmt: skip
         round_ms = {n: by_name[n]["round_ms"] for n in [*others, row["variant"]]}
         row["speedup_vs"] = round_ratios(round_ms, row["variant"], others)
@@ -806,12 +874,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("--suite models")
     group.add_argument("--models", default="", help="comma list of vit_s16,vit_b16,convnext_t,narrow,llama "
                        "(default: all)")  # fmt: skip
-    group.add_argument("--variants", default=",".join(VARIANTS), help="comma list of " + ",".join(VARIANTS))
+    group.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                       help="comma list of " + ",".join(VARIANTS) + " (default: all but the "
+                       "fp8_ ones)")  # fmt: skip
     group.add_argument("--model-modes", default=",".join(MODES), help="comma list of train,infer")
     group.add_argument("--compile-cases", default="default",
                        help="which cases run the compile_* variants: default (ViT-S/16 at 64, narrow at 8), "
                        "all, none")  # fmt: skip
-    group.add_argument("--rounds", type=int, help=f"interleaved rounds (default {Settings.rounds})")
+    group.add_argument("--rounds", type=int, help=f"interleaved rounds (default {Settings.rounds}; "
+                       "--suite fp8: 5, 2 with --quick)")  # fmt: skip
     group.add_argument(
         "--steps", type=int, help=f"timed steps per variant and round (default {Settings.steps})"
     )
@@ -819,8 +890,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--warmup", type=int, help=f"warm-up steps per variant and mode (default {Settings.warmup})"
     )
     group.add_argument("--time-limit", type=float, metavar="S",
-                       help="stop after S seconds, keeping the rows finished (exit 3)")  # fmt: skip
+                       help="stop after S seconds, keeping the rows finished (exit 3; --suite fp8 "
+                       "too)")  # fmt: skip
     group.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                       help="cpu runs the harness on the CPU: a smoke test, not numbers")  # fmt: skip
+                       help="cpu runs the harness on the CPU: a smoke test, not numbers (--suite fp8 "
+                       "too)")  # fmt: skip
     group.add_argument("--model-margin", type=float, default=0.10,
                        help="with --compare: allowed drop in a dyt speedup (median of rounds)")  # fmt: skip
