@@ -93,8 +93,8 @@ def target_of(device: torch.device) -> planner.Target:
     return _device_target(index)
 
 
-# Plans are pure functions of their arguments; all but those of a swapped table (a dict) are cached, since
-# host time per call is what small shapes pay.
+# Plans are pure functions of their arguments; all but those of a swapped table (a LaunchTable) are cached,
+# since host time per call is what small shapes pay.
 @functools.lru_cache(maxsize=1024)
 def _cached_forward(M, N, itemsize, x_stride, param_itemsize, has_beta, span, device, overrides):
     return planner.plan_forward(M, N, itemsize, x_stride=x_stride, param_itemsize=param_itemsize,
@@ -270,7 +270,7 @@ def backward_partials(plan: planner.BwdPlan, device, poison: bool = False) -> tu
 
 
 def launch_backward_main(plan: planner.BwdPlan, x, dy, dx, alpha, gamma, partials) -> None:
-    """dyt_bwd_kernel: dx, and the partials (tools/bwd_split.py times it apart from the finish)."""
+    """dyt_bwd_kernel: dx, and the partials; a launch of its own, apart from the finish's."""
     BACKWARD.launch(plan.main, (x, dy, dx, alpha, gamma, *partials), direct=not _INTERPRET)
 
 
