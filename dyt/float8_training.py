@@ -31,19 +31,12 @@ scale from the parameters: no reduction over the activation there either). The b
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from dyt import fp8, ops, torch_path
-
-
-class Float8Input(NamedTuple):
-    """What a wired DyT writes: the float8 format and the consuming layers' matmul configuration."""
-
-    fp8_dtype: torch.dtype
-    linear_mm_config: object  # torchao.float8.float8_training_tensor.LinearMMConfig
+from dyt import fp8
+from dyt.fp8 import Float8Input
 
 
 @dataclasses.dataclass
@@ -56,6 +49,7 @@ class Float8Conversion:
 
 
 def _torchao():
+    """torchao's float8 package and its tensor module; an ImportError that names the extra."""
     try:
         import torchao.float8 as float8
         from torchao.float8 import float8_training_tensor as tensor
@@ -64,45 +58,6 @@ def _torchao():
             "dyt.float8_training needs torchao (pip install 'dyt[fp8]' or pip install torchao)"
         ) from err
     return float8, tensor
-
-
-class _DyTToFloat8(torch.autograd.Function):
-    """y of DyT in FP8 as a Float8TrainingTensor (torchao's scale: the multiplier 1 / dyt's scale), its
-    gradient dyt's backward of the high-precision gradient the linear layers return."""
-
-    @staticmethod
-    def forward(ctx, x, alpha, gamma, beta, target: Float8Input):
-        ctx.has_beta = beta is not None
-        ctx.alpha_shape = alpha.shape
-        ctx.save_for_backward(x, alpha, gamma, beta)
-        data, scale = fp8.forward(x, alpha, gamma, beta, target.fp8_dtype)
-        _, tensor = _torchao()
-        return tensor.Float8TrainingTensor(data, torch.reciprocal(scale), x.dtype, target.linear_mm_config,
-                                           tensor.GemmInputRole.INPUT)  # fmt: skip
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, alpha, gamma, beta = ctx.saved_tensors
-        dx, dalpha, dgamma, dbeta = ops.backward_op()(dy.contiguous(), x, alpha, gamma, beta)
-        return dx, dalpha.reshape(ctx.alpha_shape), dgamma, dbeta if ctx.has_beta else None, None
-
-
-def forward(x, alpha, gamma, beta, target: Float8Input):
-    """A wired DyT's forward: y in FP8 as torchao's Float8TrainingTensor, differentiable in all four.
-
-    Eager: one pass (_DyTToFloat8), y rounded once to FP8. Under torch.compile: dyt's y in x's dtype cast
-    by torchao's own differentiable constructor with the scale from the parameters (Dynamo traces that
-    constructor, not a backward of dyt's behind a tensor subclass); Inductor fuses the two into one kernel,
-    and y may round twice there (to x's dtype, then to FP8: off the single rounding only where y / scale
-    lies within half an ulp of x's dtype of an FP8 rounding boundary)."""
-    ops.validate(x, alpha, gamma, beta)
-    if torch.compiler.is_compiling():
-        _, tensor = _torchao()
-        scale = torch_path.fp8_parameter_scale(gamma, beta, fp8.FORMATS[target.fp8_dtype])
-        return tensor.hp_tensor_and_scale_to_float8(ops.dyt(x, alpha, gamma, beta), torch.reciprocal(scale),
-                                                    target.fp8_dtype, target.linear_mm_config,
-                                                    tensor.GemmInputRole.INPUT)  # fmt: skip
-    return _DyTToFloat8.apply(x, alpha, gamma, beta, target)
 
 
 _METADATA_METHODS = {"size", "dim"}

@@ -31,11 +31,19 @@ from typing import NamedTuple
 
 import torch
 
-from dyt import ops, torch_path
+from dyt import inputs, torch_path
 
 # The float8 formats dyt writes, and each one's largest finite value.
 FORMATS = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 SMALLEST_SCALE = torch_path.SMALLEST_FP8_SCALE
+
+
+class Float8Input(NamedTuple):
+    """What a DyT wired by dyt.float8_training writes (its float8_input): the float8 format and the
+    consuming float8 linear layers' matmul configuration (torchao's LinearMMConfig)."""
+
+    fp8_dtype: torch.dtype
+    linear_mm_config: object
 
 
 class Float8Output(NamedTuple):
@@ -57,11 +65,11 @@ def validate_fp8(x, alpha, gamma, beta, fp8_dtype, *, rowwise: bool, channels_fi
         raise TypeError(f"dyt: the FP8 format must be one of {names}, got {fp8_dtype!r}")
     if not isinstance(rowwise, bool):
         raise TypeError(f"dyt: rowwise must be a bool, got {type(rowwise).__name__} {rowwise!r}")
-    ops.validate(x, alpha, gamma, beta, channels_first=channels_first)
+    inputs.validate(x, alpha, gamma, beta, channels_first=channels_first)
     if rowwise and channels_first:
         raise ValueError("dyt: rowwise FP8 scales are per row of the last dimension; channels-first x has "
                          "its channels on dim 1: use tensorwise scales (rowwise=False)")  # fmt: skip
-    if ops._records_grad(x, alpha, gamma, beta):
+    if inputs.records_grad(x, alpha, gamma, beta):
         raise RuntimeError(
             "dyt: FP8 output carries no gradient (a float8 gradient would be rounded to float8). Call it "
             "under torch.no_grad() or torch.inference_mode(), or, to train, let the linear layers take it: "
@@ -84,30 +92,30 @@ def forward(x, alpha, gamma, beta, fp8_dtype, *, rowwise: bool = False, channels
     torch.compile and for CPU tensors without the interpreter, else the kernels (dyt.launcher.forward_fp8)
     on the rows, the channels-first rows, or the moved view of channels-last memory."""
     fp8_max = FORMATS[fp8_dtype]
-    if torch.compiler.is_compiling() or not ops._use_triton(x):
+    if torch.compiler.is_compiling() or not inputs.use_triton(x):
         data, scale = torch_path.forward_fp8(x, alpha, gamma, beta, fp8_dtype, fp8_max, rowwise=rowwise,
                                              channels_first=channels_first)  # fmt: skip
         return Float8Output(data, scale)
-    alpha, gamma = ops._as_one(alpha), gamma.contiguous()
+    alpha, gamma = inputs.as_one(alpha), gamma.contiguous()
     beta = None if beta is None else beta.contiguous()
     if channels_first:
         moved = x.movedim(1, -1)
         if not x.is_contiguous() and moved.is_contiguous():  # torch.channels_last memory: rows, no copy
-            data, scale = ops.launcher.forward_fp8(moved, alpha, gamma, beta, fp8_dtype)
+            data, scale = inputs.launcher.forward_fp8(moved, alpha, gamma, beta, fp8_dtype)
             return Float8Output(data.movedim(-1, 1), scale.reshape(()))
-        data, scale = ops.launcher.forward_fp8(x.contiguous(), alpha, gamma, beta, fp8_dtype,
+        data, scale = inputs.launcher.forward_fp8(x.contiguous(), alpha, gamma, beta, fp8_dtype,
                                                channels_first=True)  # fmt: skip
         return Float8Output(data, scale.reshape(()))
-    rows = ops._as_rows(x)
-    data, scale = ops.launcher.forward_fp8(rows, alpha, gamma, beta, fp8_dtype, rowwise=rowwise)
+    rows = inputs.as_rows(x)
+    data, scale = inputs.launcher.forward_fp8(rows, alpha, gamma, beta, fp8_dtype, rowwise=rowwise)
     scale = scale.reshape(*x.shape[:-1], 1) if rowwise else scale.reshape(())
-    return Float8Output(ops._shaped_like(data, x), scale)
+    return Float8Output(inputs.shaped_like(data, x), scale)
 
 
 def dyt_packed_fp8(x: torch.Tensor, params: torch.Tensor, *, bias: bool = True, channels_first: bool = False,
                    fp8_dtype: torch.dtype = torch.float8_e4m3fn,
                    rowwise: bool = False) -> Float8Output:  # fmt: skip
     """dyt_fp8 with alpha, gamma and beta packed in one tensor (dyt.dyt_packed's layout)."""
-    ops.validate_packed(x, params, bias=bias, channels_first=channels_first)
-    return dyt_fp8(x, *ops.split_params(params, bias), fp8_dtype=fp8_dtype, rowwise=rowwise,
+    inputs.validate_packed(x, params, bias=bias, channels_first=channels_first)
+    return dyt_fp8(x, *inputs.split_params(params, bias), fp8_dtype=fp8_dtype, rowwise=rowwise,
                    channels_first=channels_first)  # fmt: skip

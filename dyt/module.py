@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dyt.ops import SUPPORTED_DTYPES, dyt, dyt_channels_first, dyt_packed, split_params
+from dyt.ops import SUPPORTED_DTYPES, dyt, dyt_channels_first, dyt_float8_training, dyt_packed, split_params
 
 _LOG = logging.getLogger("dyt")
 _DTYPE_NAMES = "float32, bfloat16 or float16"
@@ -46,8 +46,8 @@ class DyT(nn.Module):
     """
 
     autocast_output = False  # the class's default: modules pickled before the argument existed load with it
-    # dyt.float8_training.Float8Input where convert_to_float8_training wired this norm to write FP8 for
-    # the float8 linear layers it feeds; None: the output as above.
+    # dyt.fp8.Float8Input where dyt.float8_training.convert_to_float8_training wired this norm to write
+    # FP8 for the float8 linear layers it feeds; None: the output as above.
     float8_input = None
 
     def __init__(self, num_features: int, *, alpha_init: float = 0.5, bias: bool = True,
@@ -99,9 +99,7 @@ class DyT(nn.Module):
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
         if self.float8_input is not None:
-            from dyt import float8_training
-
-            return float8_training.forward(x, alpha, weight, bias, self.float8_input)
+            return dyt_float8_training(x, alpha, weight, bias, self.float8_input)
         out_dtype = _autocast_dtype(x) if self.autocast_output else None
         try:
             if self.channels_last:
@@ -229,9 +227,7 @@ class PackedDyT(DyT):
             own = self._parameters  # read as DyT.forward reads its parameters
             params = own["params"] if "params" in own else self.params
             if self.float8_input is not None:
-                from dyt import float8_training
-
-                return float8_training.forward(x, *split_params(params, self.has_bias), self.float8_input)
+                return dyt_float8_training(x, *split_params(params, self.has_bias), self.float8_input)
             out_dtype = _autocast_dtype(x) if self.autocast_output else None
             return dyt_packed(x, params, bias=self.has_bias, channels_first=not self.channels_last,
                               out_dtype=out_dtype)  # fmt: skip

@@ -15,6 +15,10 @@ and beta's own dtypes, accumulated in float32 and never rounded through x.dtype.
 Packed parameters: `dyt_packed(x, params)` takes alpha, gamma and beta in one tensor (dyt.PackedDyT), the
 same contract with one gradient for params.
 
+FP8: a float8 out_dtype hands the call to dyt.fp8 (y in FP8 with a scale from the parameters); a DyT that
+dyt.float8_training wired calls dyt_float8_training, whose autograd gives torchao's float8 linear layers
+their input already cast. The checks and row layouts every call shares live in dyt.inputs.
+
 Layout: x is viewed as (rows, C). Row-strided views (slices, expanded dy) run without a copy; an x whose
 last dimension is not contiguous (e.g. a transpose, or channels-first input moved to the end) is copied
 once, because the kernels need unit stride along C for full-width loads.
@@ -25,97 +29,26 @@ from __future__ import annotations
 import torch
 from torch._subclasses.functional_tensor import FunctionalTensorMode
 
-from dyt import torch_path
-
-SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)  # out_dtype's float8 formats: dyt.fp8
+from dyt import fp8, torch_path
+from dyt.inputs import (  # noqa: F401  (validate, split_params, ...: dyt.ops' names for callers and tests)
+    FP8_DTYPES,
+    SUPPORTED_DTYPES,
+    packed_size,
+    split_params,
+    validate,
+    validate_packed,
+)
+from dyt.inputs import as_2d as _as_2d
+from dyt.inputs import as_one as _as_one
+from dyt.inputs import as_rows as _as_rows
+from dyt.inputs import records_grad as _records_grad
+from dyt.inputs import shaped_like as _shaped_like
+from dyt.inputs import use_triton as _use_triton
 
 try:  # Triton is optional: without it CPU tensors still take the plain PyTorch path.
     from dyt import direct_launch, launcher, native
-except ImportError as _err:  # pragma: no cover - exercised only where triton is absent
+except ImportError:  # pragma: no cover - exercised only where triton is absent
     direct_launch = launcher = native = None
-    _TRITON_IMPORT_ERROR = _err
-
-
-_NAMES = ("x", "alpha", "gamma", "beta")
-
-
-def validate(x, alpha, gamma, beta, *, channels_first: bool = False, out_dtype=None) -> None:
-    """Clear ValueError/TypeError naming what was expected and what came. Every call pays for these checks,
-    so they are plain comparisons and the messages are built only on failure. Under torch.compile the op's
-    fake implementation runs them while tracing (see dyt()). channels_first: x is (N, C, *spatial);
-    out_dtype: y's dtype, None for x's."""
-    if out_dtype is not None and out_dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"dyt: out_dtype must be torch.float32, torch.bfloat16, torch.float16, a float8 "
-                        f"format (torch.float8_e4m3fn, torch.float8_e5m2: dyt.fp8) or None (x's dtype), "
-                        f"got {out_dtype!r}")  # fmt: skip
-    tensors = (x, alpha, gamma) if beta is None else (x, alpha, gamma, beta)
-    for t in tensors:
-        if not isinstance(t, torch.Tensor) or t.dtype not in SUPPORTED_DTYPES:
-            name = next(n for n, u in zip(_NAMES, tensors, strict=False) if u is t)
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"dyt: {name} must be a torch.Tensor, got {type(t).__name__}")
-            raise TypeError(
-                f"dyt: {name} must be a floating tensor of dtype float32, bfloat16 or float16, got {t.dtype}"
-            )
-    shape = x.shape
-    if channels_first:
-        if len(shape) < 2:
-            raise ValueError("dyt: channels-first x must have at least two dimensions (N, C, ...), got "
-                             f"shape {tuple(shape)}")  # fmt: skip
-        C, where, named = shape[1], "x's channels (dim 1)", "x's channel dimension (dim 1)"
-    else:
-        if not shape:
-            raise ValueError(f"dyt: x must have at least one dimension (..., C), got shape {tuple(shape)}")
-        C, where, named = shape[-1], "x's last dimension", "x's last dimension (channels)"
-    if C < 1:
-        raise ValueError(f"dyt: {named} must be at least 1, got shape {tuple(shape)}")
-    if alpha.numel() != 1:
-        raise ValueError(f"dyt: alpha must have exactly one element, got shape {tuple(alpha.shape)}")
-    if gamma.shape != (C,):
-        raise ValueError(f"dyt: gamma must have shape ({C},) to match {where}, got {tuple(gamma.shape)}")
-    if beta is not None and beta.shape != (C,):
-        raise ValueError(f"dyt: beta must have shape ({C},) to match {where}, got {tuple(beta.shape)}")
-    device = x.device
-    if alpha.device != device or gamma.device != device or (beta is not None and beta.device != device):
-        listing = ", ".join(f"{n} on {t.device}" for n, t in zip(_NAMES, tensors, strict=False))
-        raise ValueError(f"dyt: all tensors must be on one device, got {listing}")
-
-
-def _as_2d(t: torch.Tensor) -> torch.Tensor:
-    """(rows, C) view; copies only when the last dimension is not contiguous. A 2-D tensor is its own
-    view: a reshape costs host time per call even when it changes nothing (docs/host-path.md)."""
-    C = t.shape[-1]
-    t2d = t if t.dim() == 2 else t.reshape(-1, C)
-    if C > 1 and t2d.stride(1) != 1:
-        t2d = t2d.contiguous()
-    return t2d
-
-
-def _as_rows(t: torch.Tensor) -> torch.Tensor:
-    """What the kernels take (dyt.launcher's row layouts): a contiguous tensor as it is, whatever its
-    rank; otherwise the (rows, C) view of _as_2d."""
-    return t if t.dim() != 2 and t.is_contiguous() else _as_2d(t)
-
-
-def _as_one(alpha: torch.Tensor) -> torch.Tensor:
-    """alpha as shape (1,) (one element: contiguous whatever its strides)."""
-    return alpha if alpha.dim() == 1 else alpha.reshape(1)
-
-
-def _shaped_like(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """t (x's shape, or (rows, C)) in x's shape; itself where the ranks agree."""
-    return t if t.dim() == x.dim() else t.reshape(x.shape)
-
-
-def _use_triton(x: torch.Tensor) -> bool:
-    if x.is_cuda:
-        if launcher is None:
-            raise RuntimeError(
-                f"dyt: CUDA tensors need Triton, which failed to import: {_TRITON_IMPORT_ERROR}"
-            )
-        return True
-    return launcher is not None and launcher.interpreter_active() and x.device.type == "cpu"
 
 
 def forward_impl(x, alpha, gamma, beta, *, channels_first: bool = False, out_dtype=None) -> torch.Tensor:
@@ -338,7 +271,7 @@ def dyt(
     scale), the scale from the parameters (dyt.fp8.dyt_fp8's contract).
     """
     if out_dtype in FP8_DTYPES:
-        return _fp8().dyt_fp8(x, alpha, gamma, beta, fp8_dtype=out_dtype)
+        return fp8.dyt_fp8(x, alpha, gamma, beta, fp8_dtype=out_dtype)
     if torch.compiler.is_compiling():
         if _transformed():
             # A transform inside the compiled region (torch.compile of grad, vmap or jvp): the plain
@@ -365,13 +298,6 @@ def dyt(
     if _records_grad(x, alpha, gamma, beta):
         return _EagerDyT.apply(x, alpha, gamma, beta, False, out_dtype)
     return forward_impl(x, alpha, gamma, beta, out_dtype=out_dtype)
-
-
-def _fp8():
-    """dyt.fp8, imported at the first FP8 call (it imports this module)."""
-    from dyt import fp8
-
-    return fp8
 
 
 def _native_op(x):
@@ -407,14 +333,56 @@ _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda
 _forward_ad = torch.autograd.forward_ad  # its _current_level: the active dual level, -1 outside any
 
 
-def _records_grad(x, alpha, gamma, beta) -> bool:
-    """Whether autograd must see this call (outside torch.func transforms, _transformed). Where it need
-    not (no_grad, inference_mode, or no input that requires grad), the autograd.Function would cost host
-    time for a tensor without grad_fn (docs/host-path.md)."""
-    if not torch.is_grad_enabled():
-        return False
-    needs = x.requires_grad or alpha.requires_grad or gamma.requires_grad
-    return needs or (beta is not None and beta.requires_grad)
+# A DyT wired by dyt.float8_training: its output in FP8 for torchao's float8 linear layers (docs/fp8.md).
+
+
+def _torchao_tensor():
+    """torchao.float8.float8_training_tensor (the fp8 extra), imported at the first wired call."""
+    try:
+        from torchao.float8 import float8_training_tensor
+    except ImportError as err:  # pragma: no cover - dyt.float8_training refuses to wire without it
+        raise ImportError("dyt: a float8-wired DyT needs torchao (pip install 'dyt-kernels[fp8]')") from err
+    return float8_training_tensor
+
+
+class _Float8TrainingDyT(torch.autograd.Function):
+    """y of DyT in FP8 as a Float8TrainingTensor (torchao's scale: the multiplier 1 / dyt's scale), its
+    gradient dyt's backward of the high-precision gradient the linear layers return."""
+
+    @staticmethod
+    def forward(ctx, x, alpha, gamma, beta, target):
+        ctx.has_beta = beta is not None
+        ctx.alpha_shape = alpha.shape
+        ctx.save_for_backward(x, alpha, gamma, beta)
+        data, scale = fp8.forward(x, alpha, gamma, beta, target.fp8_dtype)
+        tensor = _torchao_tensor()
+        return tensor.Float8TrainingTensor(data, torch.reciprocal(scale), x.dtype, target.linear_mm_config,
+                                           tensor.GemmInputRole.INPUT)  # fmt: skip
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, alpha, gamma, beta = ctx.saved_tensors
+        dx, dalpha, dgamma, dbeta = backward_op()(dy.contiguous(), x, alpha, gamma, beta)
+        return dx, dalpha.reshape(ctx.alpha_shape), dgamma, dbeta if ctx.has_beta else None, None
+
+
+def dyt_float8_training(x, alpha, gamma, beta, target):
+    """The forward of a DyT that dyt.float8_training wired (target: its dyt.fp8.Float8Input): y in FP8 as
+    torchao's Float8TrainingTensor, differentiable in all four.
+
+    Eager: one pass (_Float8TrainingDyT), y rounded once to FP8. Under torch.compile: dyt's y in x's dtype
+    cast by torchao's own differentiable constructor with the scale from the parameters (Dynamo traces that
+    constructor, not a backward of dyt's behind a tensor subclass); Inductor fuses the two into one kernel,
+    and y may round twice there (to x's dtype, then to FP8: off the single rounding only where y / scale
+    lies within half an ulp of x's dtype of an FP8 rounding boundary)."""
+    validate(x, alpha, gamma, beta)
+    if torch.compiler.is_compiling():
+        tensor = _torchao_tensor()
+        scale = torch_path.fp8_parameter_scale(gamma, beta, fp8.FORMATS[target.fp8_dtype])
+        return tensor.hp_tensor_and_scale_to_float8(dyt(x, alpha, gamma, beta), torch.reciprocal(scale),
+                                                    target.fp8_dtype, target.linear_mm_config,
+                                                    tensor.GemmInputRole.INPUT)  # fmt: skip
+    return _Float8TrainingDyT.apply(x, alpha, gamma, beta, target)
 
 
 # Channels-first input: (N, C, *spatial), scaled along dim 1 (ConvNeXt's LayerNorm2d places).
@@ -433,7 +401,7 @@ def dyt_channels_first(
     path. Same contract as dyt() otherwise (a float8 out_dtype: dyt.fp8.dyt_fp8 with channels_first).
     """
     if out_dtype in FP8_DTYPES:
-        return _fp8().dyt_fp8(x, alpha, gamma, beta, fp8_dtype=out_dtype, channels_first=True)
+        return fp8.dyt_fp8(x, alpha, gamma, beta, fp8_dtype=out_dtype, channels_first=True)
     if torch.compiler.is_compiling():
         return dyt(x.movedim(1, -1), alpha, gamma, beta, out_dtype=out_dtype).movedim(-1, 1)
     op = _native_op(x)
@@ -461,45 +429,6 @@ def dyt_channels_first(
 # Packed parameters: alpha, gamma and beta in one tensor (dyt.PackedDyT), one gradient per layer.
 
 
-def split_params(params: torch.Tensor, bias: bool):
-    """(alpha, gamma, beta) of a packed parameter laid out as [gamma (C), beta (C) where bias, alpha (1)],
-    as views (autograd carries their gradients back into params); beta is None without bias."""
-    C = (params.shape[0] - 1) // (2 if bias else 1)
-    return params[-1:], params[:C], params[C : 2 * C] if bias else None
-
-
-def packed_size(C: int, bias: bool) -> int:
-    """The length of a packed parameter for C channels."""
-    return C * (2 if bias else 1) + 1
-
-
-def validate_packed(x, params, *, bias: bool, channels_first: bool = False, out_dtype=None) -> None:
-    """validate() for a packed parameter: the same checks, and params' own shape named in its terms."""
-    if not isinstance(params, torch.Tensor):
-        raise TypeError(f"dyt: params must be a torch.Tensor, got {type(params).__name__}")
-    if params.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(
-            f"dyt: params must be a floating tensor of dtype float32, bfloat16 or float16, got {params.dtype}"
-        )
-    if isinstance(x, torch.Tensor) and x.dim() >= (2 if channels_first else 1):
-        C = x.shape[1 if channels_first else -1]
-        n = packed_size(C, bias)
-        if C >= 1 and tuple(params.shape) != (n,):
-            layout = "[weight (C), bias (C), alpha (1)]" if bias else "[weight (C), alpha (1)]"
-            where = "x's channels (dim 1)" if channels_first else "x's last dimension"
-            raise ValueError(
-                f"dyt: params must have shape ({n},), {layout} for C = {C} ({where}), "
-                f"got {tuple(params.shape)}"
-            )
-        if params.device != x.device:
-            raise ValueError(
-                f"dyt: x and params must be on one device, got x on {x.device}, params on {params.device}"
-            )
-        validate(x, *split_params(params, bias), channels_first=channels_first, out_dtype=out_dtype)
-    else:  # x's own complaint
-        validate(x, params.reshape(-1)[:1], params, None, channels_first=channels_first, out_dtype=out_dtype)
-
-
 def dyt_packed(x: torch.Tensor, params: torch.Tensor, *, bias: bool = True, channels_first: bool = False,
                out_dtype: torch.dtype | None = None) -> torch.Tensor:  # fmt: skip
     """dyt (or dyt_channels_first) with alpha, gamma and beta packed in one 1-D tensor `params`, laid out
@@ -513,7 +442,7 @@ def dyt_packed(x: torch.Tensor, params: torch.Tensor, *, bias: bool = True, chan
     dyt.fp8.dyt_packed_fp8.
     """
     if out_dtype in FP8_DTYPES:
-        return _fp8().dyt_packed_fp8(x, params, bias=bias, channels_first=channels_first, fp8_dtype=out_dtype)
+        return fp8.dyt_packed_fp8(x, params, bias=bias, channels_first=channels_first, fp8_dtype=out_dtype)
     if not torch.compiler.is_compiling():
         op = _native_op(x)
         if op is None and not channels_first and _strided_channels(x):
