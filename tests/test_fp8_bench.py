@@ -183,7 +183,7 @@ def _args(tmp_path, *extra):
 
 
 def test_main_on_cpu_writes_the_fp8_keys_and_prints_the_table(tmp_path, capsys):
-    assert bench.main(_args(tmp_path)) == 0
+    assert fp8_bench.main(_args(tmp_path)) == 0
     (path,) = tmp_path.glob("*.json")
     data = json.loads(path.read_text())
     assert data["records"] == [] and data["env"]["git_sha"] and "fp8_incomplete" not in data
@@ -201,19 +201,19 @@ def test_main_on_cpu_writes_the_fp8_keys_and_prints_the_table(tmp_path, capsys):
     kernel = bench.write_perf(path, {"env": data["env"], "ceiling_gbps": 1.0, "records": []})
     assert kernel["fp8_records"] == data["fp8_records"] and "fp8_config" in kernel
     model_bench.write_rows(path, data["env"], [], {"rounds": 1}, None)
-    assert bench.main(_args(tmp_path, "--shapes", "16x32", "--append")) == 0
+    assert fp8_bench.main(_args(tmp_path, "--shapes", "16x32", "--append")) == 0
     merged = json.loads(path.read_text())
     assert merged["model_config"] == {"rounds": 1} and merged["ceiling_gbps"] == 1.0
     assert len(merged["fp8_records"]) == 3 * len(ORDER)  # the tiny cases kept, 16x32 added
-    assert bench.main(_args(tmp_path, "--shapes", "16x32")) == 0
+    assert fp8_bench.main(_args(tmp_path, "--shapes", "16x32")) == 0
     assert len(json.loads(path.read_text())["fp8_records"]) == len(ORDER)
 
 
 def test_main_refuses_bad_arguments_and_a_missing_gpu(tmp_path, capsys, monkeypatch):
-    assert bench.main(_args(tmp_path, "--providers", "dyt_fp8,nope")) == 2
+    assert fp8_bench.main(_args(tmp_path, "--providers", "dyt_fp8,nope")) == 2
     assert "unknown provider 'nope'" in capsys.readouterr().err
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     args = _args(tmp_path)
     args.device = "cuda"
-    assert bench.main(args) == 2
+    assert fp8_bench.main(args) == 2
     assert "no CUDA device" in capsys.readouterr().err and not list(tmp_path.glob("*.json"))

@@ -454,7 +454,7 @@ def test_models_suite_main_on_cpu_writes_the_perf_file(tmp_path, monkeypatch, ca
     monkeypatch.setattr(model_bench, "model_specs", lambda: {"narrow": tiny_spec(name="narrow")})
     args = cli._parser().parse_args(["bench", "--suite", "models", "--device", "cpu", "--quick",
                                      "--variants", "norm,eager,dyt", "--out", str(tmp_path)])  # fmt: skip
-    assert bench.main(args) == 0
+    assert model_bench.main(args) == 0
     (path,) = tmp_path.glob("*.json")
     data = json.loads(path.read_text())
     assert data["records"] == [] and data["env"]["git_sha"] and "model_incomplete" not in data

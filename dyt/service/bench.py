@@ -569,15 +569,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """`python -m dyt bench`: measure, write reports/perf/<gpu>-<sha7>.json, optionally gate."""
-    if getattr(args, "suite", "kernels") == "models":
-        from dyt.service import model_bench
-
-        return model_bench.main(args)
-    if getattr(args, "suite", "kernels") == "fp8":
-        from dyt.service import fp8_bench
-
-        return fp8_bench.main(args)
+    """`python -m dyt bench` (the kernels suite; dyt.service.cli hands --suite models and fp8 to
+    dyt.service.model_bench and dyt.service.fp8_bench): measure, write reports/perf/<gpu>-<sha7>.json,
+    optionally gate."""
+    if getattr(args, "suite", "kernels") != "kernels":
+        raise ValueError(
+            f"bench.main runs the kernels suite; --suite {args.suite} runs through dyt.service.cli"
+        )
     shapes = args.shapes or ",".join(DEFAULT_SHAPE_SETS)
     try:
         providers = _split(args.providers or ",".join(PROVIDERS))

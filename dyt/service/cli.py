@@ -97,7 +97,16 @@ def main(argv: list[str] | None = None) -> int:
 
         return runner.main(argv[1:])
     args = _parser().parse_args(argv)
-    if args.command == "bench":
+    if args.command == "bench":  # the suite's own module runs it: kernels (bench), models, fp8
+        suite = getattr(args, "suite", "kernels")
+        if suite == "models":
+            from dyt.service import model_bench
+
+            return model_bench.main(args)
+        if suite == "fp8":
+            from dyt.service import fp8_bench
+
+            return fp8_bench.main(args)
         from dyt.service import bench
 
         return bench.main(args)
