@@ -4,7 +4,7 @@ DyT's output is bounded by its parameters: |y[..., c]| <= |gamma[c]| + |beta[c]|
 So a tensorwise scale needs no reduction over the activation: scale = max_c (|gamma[c]| + |beta[c]|) / the
 format's largest finite value (at least 2^-126, so that 1 / scale is finite), computed on the device from
 the parameters (no host sync), and y / scale never passes the format's range. A rowwise scale (one per
-row of the last dimension) is the row's largest finite |y| over the same value, taken in the same pass.
+row of the last dimension) is the row's largest |y| (NaN left out) over the same value, in the same pass.
 
 Contract (tests/test_fp8.py holds it, and dyt.conformance.tolerances.assert_fp8_close):
 - data = y / scale rounded once to the format (round to nearest even, saturating), y evaluated in float32

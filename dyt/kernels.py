@@ -340,7 +340,7 @@ def dyt_fwd_fp8_kernel(
 
     Tensorwise (ROWWISE False): SCALE holds the tensor's scale (dyt_fp8_scale_kernel); one tile per
     program, as dyt_fwd_kernel's plan has it. Rowwise: one program per BLOCK_M rows (unfolded), which
-    passes over the rows' N_COL_BLOCKS column blocks twice: first their largest finite |y| (padding and NaN
+    passes over the rows' N_COL_BLOCKS column blocks twice: first their largest |y| (padding and NaN
     never enter it), whose max(amax / FP8_MAX, 2^-126) goes to SCALE[row], then y over that scale."""
     _wait_for_primary(PDL)
     _launch_dependents(PDL)

@@ -71,7 +71,7 @@ def forward_fp8(x, alpha, gamma, beta, fp8_dtype, fp8_max: float, *, rowwise: bo
     """(data, scale): y / scale rounded to fp8_dtype (round to nearest even, saturating), y as forward
     computes it in float32. Tensorwise: scale of shape () from the parameters (fp8_parameter_scale).
     Rowwise (rows of the last dimension): scale of shape (*x.shape[:-1], 1), max(amax / fp8_max, 2^-126)
-    of each row's finite |y|, the kernels' rule."""
+    of each row's |y| with NaN left out, the kernels' rule."""
     y = forward(x, alpha, gamma, beta, torch.float32, channels_first=channels_first)
     if rowwise:
         amax = torch.where(y.isnan(), 0.0, y.abs()).amax(dim=-1, keepdim=True)
