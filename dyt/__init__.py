@@ -27,9 +27,15 @@ _HOMES = {"dyt": "dyt.ops", "dyt_channels_first": "dyt.ops", "dyt_packed": "dyt.
           "alpha_parameters": "dyt.module"}  # fmt: skip
 
 
+# Submodules a user reaches as attributes after `import dyt` (dyt.fp8.dyt_fp8, docs/fp8.md).
+_SUBMODULES = ("fp8", "float8_training")
+
+
 def __getattr__(name: str):
     if name in _HOMES:
         value = getattr(importlib.import_module(_HOMES[name]), name)
         globals()[name] = value
         return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"dyt.{name}")
     raise AttributeError(f"module 'dyt' has no attribute {name!r}")

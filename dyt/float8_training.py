@@ -135,7 +135,7 @@ def _tensors(value):
 
 
 # The torch functions that read only a tensor's metadata: the reads of a norm's output that let it stay FP8.
-_METADATA_FUNCTIONS = (torch.Tensor.size, torch.Tensor.dim)
+_METADATA_FUNCTIONS = tuple(getattr(torch.Tensor, name) for name in sorted(_METADATA_METHODS))
 _METADATA_DESCRIPTORS = tuple(getattr(torch.Tensor, name) for name in sorted(_METADATA_ATTRIBUTES))
 
 

@@ -346,10 +346,7 @@ def dyt_fwd_fp8_kernel(
     _launch_dependents(PDL)
     pid = tl.program_id(0)
     if ROWWISE:
-        pid_m = pid
-        if INT64:
-            pid_m = pid_m.to(tl.int64)
-        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rows = _tile(pid, 0, M, N, n_elements, BLOCK_M, BLOCK_N, INT64, RAGGED)[0]
         amax = tl.zeros((BLOCK_M,), tl.float32)
         for pid_n in range(N_COL_BLOCKS):
             rows, cols, mask = _tile(pid, pid_n, M, N, n_elements, BLOCK_M, BLOCK_N, INT64, RAGGED)

@@ -111,6 +111,19 @@ def _cached_backward(M, N, itemsize, x_stride, dy_stride, span, device, override
                                  target=target, overrides=overrides)  # fmt: skip
 
 
+@functools.lru_cache(maxsize=1024)
+def _cached_forward_fp8(M, N, itemsize, fmt, rowwise, x_stride, param_itemsize, has_beta, span, device,
+                        overrides):  # fmt: skip
+    return planner.plan_forward_fp8(M, N, itemsize, fmt, rowwise=rowwise, x_stride=x_stride,
+                                    param_itemsize=param_itemsize, has_beta=has_beta, channel_span=span,
+                                    target=target_of(device), overrides=overrides)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_fp8_scale(C, has_beta, fmt, device):
+    return planner.plan_fp8_scale(C, has_beta, fmt, target_of(device))
+
+
 def rows_of(t: torch.Tensor, channels_first: bool = False) -> tuple[int, int, int, int]:
     """(M, N, row stride, channel span) of a row layout: a 2-D view with unit column stride, or a
     contiguous tensor; with channels_first, a contiguous (n, C, *spatial) tensor: n rows of C * L, span L
@@ -203,7 +216,6 @@ def forward_fp8(x, alpha, gamma, beta, fp8_dtype, *, rowwise: bool = False, chan
     o = _overrides
     M, N, stride, span = rows_of(x, channels_first)
     fmt = str(fp8_dtype).removeprefix("torch.")
-    target = target_of(x.device)
     itemsize = x.element_size()
     param_itemsize = max(itemsize, gamma.element_size(), 0 if beta is None else beta.element_size())
     data = _new(x.shape, _staged(fp8_dtype), x.device, o.poison)
@@ -211,12 +223,12 @@ def forward_fp8(x, alpha, gamma, beta, fp8_dtype, *, rowwise: bool = False, chan
     betas = gamma if beta is None else beta
     with _current(x.device):
         if not rowwise:
-            scale_launch = planner.plan_fp8_scale(gamma.shape[0], beta is not None, fmt, target)
+            scale_launch = _cached_fp8_scale(gamma.shape[0], beta is not None, fmt, x.device)
             FP8_SCALE.launch(scale_launch, (gamma, betas, scale), direct=not _INTERPRET)
         if data.numel():
-            plan = planner.plan_forward_fp8(M, N, itemsize, fmt, rowwise=rowwise, x_stride=stride,
-                                            param_itemsize=param_itemsize, has_beta=beta is not None,
-                                            channel_span=span, target=target, overrides=o)  # fmt: skip
+            args = (M, N, itemsize, fmt, rowwise, stride, param_itemsize, beta is not None, span, x.device, o)
+            cached = _cached_forward_fp8.__wrapped__ if o.table is not None else _cached_forward_fp8
+            plan = cached(*args)
             FORWARD_FP8.launch(plan.kernel, (x, data, scale, alpha, gamma, betas), direct=not _INTERPRET)
     return _as(data, fp8_dtype), scale
 

@@ -270,7 +270,7 @@ def dyt(
     then arrives in out_dtype; dx keeps x's dtype). A float8 out_dtype returns dyt.fp8.Float8Output (data,
     scale), the scale from the parameters (dyt.fp8.dyt_fp8's contract).
     """
-    if out_dtype in FP8_DTYPES:
+    if out_dtype is not None and out_dtype in FP8_DTYPES:
         return fp8.dyt_fp8(x, alpha, gamma, beta, fp8_dtype=out_dtype)
     if torch.compiler.is_compiling():
         if _transformed():
@@ -400,7 +400,7 @@ def dyt_channels_first(
     copied once. y is in torch.channels_last memory format for such x, contiguous otherwise, on every
     path. Same contract as dyt() otherwise (a float8 out_dtype: dyt.fp8.dyt_fp8 with channels_first).
     """
-    if out_dtype in FP8_DTYPES:
+    if out_dtype is not None and out_dtype in FP8_DTYPES:
         return fp8.dyt_fp8(x, alpha, gamma, beta, fp8_dtype=out_dtype, channels_first=True)
     if torch.compiler.is_compiling():
         return dyt(x.movedim(1, -1), alpha, gamma, beta, out_dtype=out_dtype).movedim(-1, 1)
@@ -441,7 +441,7 @@ def dyt_packed(x: torch.Tensor, params: torch.Tensor, *, bias: bool = True, chan
     docs/host-path.md) the call is dyt's on views of params (split_params). A float8 out_dtype:
     dyt.fp8.dyt_packed_fp8.
     """
-    if out_dtype in FP8_DTYPES:
+    if out_dtype is not None and out_dtype in FP8_DTYPES:
         return fp8.dyt_packed_fp8(x, params, bias=bias, channels_first=channels_first, fp8_dtype=out_dtype)
     if not torch.compiler.is_compiling():
         op = _native_op(x)

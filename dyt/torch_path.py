@@ -34,9 +34,9 @@ def _sech2(z: torch.Tensor) -> torch.Tensor:
     """sech^2 = sech * sech with sech = 2h / (1 + h^2), h = exp(-|z|), as the kernels compute it
     (dyt.kernels._sech_and_q): accurate at every z (no 1 - tanh^2 cancellation), finite in its own
     derivatives where exp(2|z|) overflows, and one rounding from its value where it is a float32 subnormal
-    (|z| from 44 to 52): h is a normal number until |z| ~ 87. (4h / (1 + h)^2 with h = exp(-2|z|) took a
-    subnormal h from |z| ~ 44 on and scaled it by 4, four times that rounding: dx more than a bfloat16 ulp
-    off where |dy gamma alpha| passes ~2^15, tests/fuzz_regressions.py.)"""
+    (|z| from 44 to 52): h is a normal number until |z| ~ 87. Not 4h / (1 + h)^2 with h = exp(-2|z|): that h
+    is subnormal from |z| ~ 44 on, and the 4 scales its rounding, dx more than a bfloat16 ulp off where
+    |dy gamma alpha| passes ~2^15 (tests/fuzz_regressions.py holds such cases)."""
     h = torch.exp(-z.abs())
     sech = (2.0 / (1.0 + h * h)) * h
     return sech * sech

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import statistics
 import sys
 import time
@@ -45,7 +44,7 @@ from typing import Any
 from dyt.service import bench
 from dyt.service.files import locked, unwritten, write_atomic
 from dyt.service.records import json_safe, perf_path
-from dyt.service.run_control import STOPPED, BenchStopped, error_text, progress, stop_on_signal
+from dyt.service.run_control import STOPPED, BenchStopped, error_text, progress, stops
 
 PROVIDERS = ("dyt_fp8", "dyt_fp8_rowwise", "dyt_then_torchao_cast", "dyt_bf16")
 COPY = "copy"
@@ -443,10 +442,6 @@ def table_lines(records: list[dict]) -> list[str]:
 # ----------------------------------------------------------------------------------------------- the CLI
 
 
-def _stop_on_time_limit(signum, frame):
-    raise BenchStopped("time limit")
-
-
 def main(args: argparse.Namespace) -> int:
     """`python -m dyt bench --suite fp8`: measure, write the fp8_* keys of reports/perf/<gpu>-<sha7>.json,
     print the table."""
@@ -480,19 +475,9 @@ def main(args: argparse.Namespace) -> int:
     ceiling = bench.measure_ceiling(device, timer, 2**20 if on_cpu else bench.CEILING_BYTES)
     print(f"copy ceiling on {env.get('gpu_name') or device}: {ceiling['gbps']:.0f} GB/s", file=sys.stderr)
     stopped: list[str] = []
-    handlers = {signal.SIGTERM: signal.signal(signal.SIGTERM, stop_on_signal)}
-    time_limit = getattr(args, "time_limit", None)
-    if time_limit:
-        handlers[signal.SIGALRM] = signal.signal(signal.SIGALRM, _stop_on_time_limit)
-        signal.setitimer(signal.ITIMER_REAL, float(time_limit))
     started = time.perf_counter()
-    try:
+    with stops(getattr(args, "time_limit", None)):
         records = run_all(cases, providers, device, timer, rounds, args.seed, stopped)
-    finally:
-        if time_limit:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        for sig, previous in handlers.items():
-            signal.signal(sig, previous)
     report: dict[str, Any] = {
         "fp8_ceiling": ceiling,
         "fp8_config": {

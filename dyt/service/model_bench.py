@@ -47,7 +47,6 @@ import argparse
 import copy
 import gc
 import json
-import signal
 import statistics
 import sys
 import time
@@ -59,7 +58,7 @@ from typing import Any
 from dyt.service.files import locked, unwritten, write_atomic
 from dyt.service.gate import gate_files
 from dyt.service.records import json_safe, load_perf, perf_path
-from dyt.service.run_control import STOPPED, BenchStopped, error_text, progress, stop_on_signal
+from dyt.service.run_control import STOPPED, BenchStopped, error_text, progress, stops
 
 MODES = ("train", "infer")
 AUTOCAST = "bfloat16"
@@ -763,10 +762,6 @@ def write_rows(path: Path, env: dict, rows: list[dict], config: dict, incomplete
     return data
 
 
-def _stop_on_time_limit(signum, frame):
-    raise BenchStopped("time limit")
-
-
 def main(args: argparse.Namespace) -> int:
     """`python -m dyt bench --suite models`."""
     specs = model_specs()
@@ -808,18 +803,9 @@ def main(args: argparse.Namespace) -> int:
     cases = plan_cases([specs[n] for n in names], variants, args.compile_cases)
     env = collect_env(seeds={"model_bench": args.seed})
     stopped: list[str] = []
-    handlers = {signal.SIGTERM: signal.signal(signal.SIGTERM, stop_on_signal)}
-    if args.time_limit:
-        handlers[signal.SIGALRM] = signal.signal(signal.SIGALRM, _stop_on_time_limit)
-        signal.setitimer(signal.ITIMER_REAL, float(args.time_limit))
     started = time.perf_counter()
-    try:
+    with stops(args.time_limit):
         rows = run_all(cases, variants, modes, device, clock, settings, args.seed, stopped)
-    finally:
-        if args.time_limit:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        for sig, previous in handlers.items():
-            signal.signal(sig, previous)
     config = {
         "models": names, "variants": variants, "modes": modes, "compile_cases": args.compile_cases,
         "rounds": settings.rounds, "steps": settings.steps, "warmup": settings.warmup, "seed": args.seed,

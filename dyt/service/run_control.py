@@ -1,10 +1,10 @@
-"""What the kernel benchmark (dyt.service.bench) and the model benchmark (dyt.service.model_bench) share
-while they run: stopping early with the rows measured so far, one line for a failure, the progress bar.
+"""What the benchmarks (dyt.service.bench, model_bench, fp8_bench) share while they run: stopping early
+with the rows measured so far (stops: SIGTERM and a time limit), one line for a failure, the progress bar.
 
 A stop is BenchStopped, raised by SIGTERM (stop_on_signal; `timeout` running out) or by a time limit; a
 benchmark that stops writes what it measured and exits with STOPPED, which ci/entry.sh reads.
 
-Exit status of `python -m dyt bench` (both suites), each but 0 with one line on stderr saying why:
+Exit status of `python -m dyt bench` (every suite), each but 0 with one line on stderr saying why:
   0   measured and written (and, with --compare, no regression)
   1   --compare: a dyt row or ratio regressed (the gate's lines)
   2   nothing measured: bad arguments, or no CUDA device for a CUDA run
@@ -16,6 +16,7 @@ Exit status of `python -m dyt bench` (both suites), each but 0 with one line on 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 
 STOPPED = 3  # the exit status of a bench stopped early (its rows so far written, no gate)
@@ -29,6 +30,27 @@ class BenchStopped(BaseException):
 def stop_on_signal(signum, frame):
     """A signal handler: the signal as a BenchStopped named after it."""
     raise BenchStopped(signal.Signals(signum).name)
+
+
+def _stop_on_time_limit(signum, frame):
+    raise BenchStopped("time limit")
+
+
+@contextlib.contextmanager
+def stops(time_limit: float | None = None):
+    """Inside: SIGTERM, and with time_limit (seconds) the time running out, raise BenchStopped in the
+    measuring loop; on leaving, the timer is off and the previous handlers are back."""
+    handlers = {signal.SIGTERM: signal.signal(signal.SIGTERM, stop_on_signal)}
+    if time_limit:
+        handlers[signal.SIGALRM] = signal.signal(signal.SIGALRM, _stop_on_time_limit)
+        signal.setitimer(signal.ITIMER_REAL, float(time_limit))
+    try:
+        yield
+    finally:
+        if time_limit:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        for sig, previous in handlers.items():
+            signal.signal(sig, previous)
 
 
 def error_text(exc: BaseException) -> str:
